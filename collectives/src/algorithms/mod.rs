@@ -1,0 +1,1 @@
+//! Collective algorithms over a [`crate::transport::Transport`].

@@ -1,0 +1,1 @@
+//! Backends behind [`crate::Communicator`].

@@ -1,0 +1,239 @@
+//! Buffer views: dtype + length + where the memory lives.
+//!
+//! Views are what keeps [`crate::Communicator`] object-safe: one method serves
+//! every element type, and a backend that cannot reach a location says so with
+//! [`Error::Unsupported`] instead of a panic.
+
+use std::marker::PhantomData;
+
+use crate::Backend;
+use crate::element::{DType, Element};
+use crate::error::{Error, Result};
+
+/// Where a buffer's memory lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Location {
+    /// Ordinary host memory.
+    Host,
+    /// CUDA device memory on the given device index.
+    Cuda {
+        /// CUDA device ordinal.
+        device: i32,
+    },
+}
+
+#[derive(Debug)]
+enum Mem<'a> {
+    Host(&'a [u8]),
+    Device {
+        ptr: u64,
+        device: i32,
+        _borrow: PhantomData<&'a [u8]>,
+    },
+}
+
+#[derive(Debug)]
+enum MemMut<'a> {
+    Host(&'a mut [u8]),
+    Device {
+        ptr: u64,
+        device: i32,
+        _borrow: PhantomData<&'a mut [u8]>,
+    },
+}
+
+/// A read-only view of `len` elements of `dtype`.
+#[derive(Debug)]
+pub struct Buffer<'a> {
+    dtype: DType,
+    len: usize,
+    mem: Mem<'a>,
+}
+
+/// A writable view of `len` elements of `dtype`.
+#[derive(Debug)]
+pub struct BufferMut<'a> {
+    dtype: DType,
+    len: usize,
+    mem: MemMut<'a>,
+}
+
+fn check_bytes(dtype: DType, bytes: usize) -> Result<usize> {
+    if bytes % dtype.size() != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "{bytes} bytes is not a whole number of {dtype} elements"
+        )));
+    }
+    Ok(bytes / dtype.size())
+}
+
+impl<'a> Buffer<'a> {
+    /// Views a typed host slice.
+    pub fn from_slice<T: Element>(s: &'a [T]) -> Self {
+        Buffer {
+            dtype: T::DTYPE,
+            len: s.len(),
+            mem: Mem::Host(bytemuck::cast_slice(s)),
+        }
+    }
+
+    /// Views raw host bytes as elements of `dtype`.
+    pub fn from_bytes(dtype: DType, bytes: &'a [u8]) -> Result<Self> {
+        Ok(Buffer {
+            dtype,
+            len: check_bytes(dtype, bytes.len())?,
+            mem: Mem::Host(bytes),
+        })
+    }
+
+    /// Views device memory.
+    ///
+    /// # Safety
+    /// `ptr` must point to at least `len * dtype.size()` readable bytes on CUDA
+    /// device `device`, valid for `'a`.
+    pub unsafe fn from_device_ptr(ptr: u64, len: usize, dtype: DType, device: i32) -> Self {
+        Buffer {
+            dtype,
+            len,
+            mem: Mem::Device {
+                ptr,
+                device,
+                _borrow: PhantomData,
+            },
+        }
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether the view has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Size in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.len * self.dtype.size()
+    }
+    /// Where the memory lives.
+    pub fn location(&self) -> Location {
+        match self.mem {
+            Mem::Host(_) => Location::Host,
+            Mem::Device { device, .. } => Location::Cuda { device },
+        }
+    }
+    /// The device pointer, if this is device memory.
+    pub fn device_ptr(&self) -> Option<u64> {
+        match self.mem {
+            Mem::Device { ptr, .. } => Some(ptr),
+            Mem::Host(_) => None,
+        }
+    }
+    /// The host bytes, or `Unsupported` for `backend` if the memory is on a device.
+    pub fn host_bytes(&self, backend: Backend) -> Result<&[u8]> {
+        match &self.mem {
+            Mem::Host(b) => Ok(b),
+            Mem::Device { device, .. } => Err(Error::Unsupported {
+                backend,
+                what: format!("buffers in CUDA device {device} memory"),
+            }),
+        }
+    }
+}
+
+impl<'a> BufferMut<'a> {
+    /// Views a typed mutable host slice.
+    pub fn from_slice<T: Element>(s: &'a mut [T]) -> Self {
+        BufferMut {
+            dtype: T::DTYPE,
+            len: s.len(),
+            mem: MemMut::Host(bytemuck::cast_slice_mut(s)),
+        }
+    }
+
+    /// Views raw mutable host bytes as elements of `dtype`.
+    pub fn from_bytes(dtype: DType, bytes: &'a mut [u8]) -> Result<Self> {
+        Ok(BufferMut {
+            dtype,
+            len: check_bytes(dtype, bytes.len())?,
+            mem: MemMut::Host(bytes),
+        })
+    }
+
+    /// Views writable device memory.
+    ///
+    /// # Safety
+    /// `ptr` must point to at least `len * dtype.size()` writable bytes on CUDA
+    /// device `device`, valid and not aliased elsewhere for `'a`.
+    pub unsafe fn from_device_ptr(ptr: u64, len: usize, dtype: DType, device: i32) -> Self {
+        BufferMut {
+            dtype,
+            len,
+            mem: MemMut::Device {
+                ptr,
+                device,
+                _borrow: PhantomData,
+            },
+        }
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether the view has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Size in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.len * self.dtype.size()
+    }
+    /// Where the memory lives.
+    pub fn location(&self) -> Location {
+        match self.mem {
+            MemMut::Host(_) => Location::Host,
+            MemMut::Device { device, .. } => Location::Cuda { device },
+        }
+    }
+    /// The device pointer, if this is device memory.
+    pub fn device_ptr(&self) -> Option<u64> {
+        match self.mem {
+            MemMut::Device { ptr, .. } => Some(ptr),
+            MemMut::Host(_) => None,
+        }
+    }
+    /// The host bytes, or `Unsupported` for `backend` if the memory is on a device.
+    pub fn host_bytes_mut(&mut self, backend: Backend) -> Result<&mut [u8]> {
+        match &mut self.mem {
+            MemMut::Host(b) => Ok(b),
+            MemMut::Device { device, .. } => Err(Error::Unsupported {
+                backend,
+                what: format!("buffers in CUDA device {device} memory"),
+            }),
+        }
+    }
+    /// A read-only reborrow.
+    pub fn as_buffer(&self) -> Buffer<'_> {
+        Buffer {
+            dtype: self.dtype,
+            len: self.len,
+            mem: match &self.mem {
+                MemMut::Host(b) => Mem::Host(b),
+                MemMut::Device { ptr, device, .. } => Mem::Device {
+                    ptr: *ptr,
+                    device: *device,
+                    _borrow: PhantomData,
+                },
+            },
+        }
+    }
+}
