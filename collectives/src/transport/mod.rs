@@ -275,6 +275,10 @@ pub struct TransportOptions {
     pub timeout: Duration,
     /// Prefix for store keys, so several communicators can share one store.
     pub prefix: String,
+    /// The job token: peers prove they belong to this job when they connect.
+    pub token: [u8; 16],
+    /// TCP: the local address to listen on and advertise to peers.
+    pub listen_ip: std::net::IpAddr,
 }
 
 /// Moves tagged messages between ranks.
