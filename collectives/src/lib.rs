@@ -28,6 +28,7 @@
 pub mod algorithms;
 pub mod backends;
 pub mod buffer;
+pub mod conformance;
 pub mod deadline;
 pub mod element;
 pub mod error;

@@ -1,1 +1,174 @@
-//! Collective algorithms over a [`crate::transport::Transport`].
+//! Collective algorithms over a [`Transport`], one file each.
+//!
+//! Every function here works on host bytes and a [`Peers`] handle that stamps
+//! each message with the collective's [`Tag`]. Choosing among them is
+//! [`select`]'s job (by message size, with an override).
+
+pub mod dissemination;
+pub mod halving_doubling;
+pub mod linear;
+pub mod pairwise;
+pub mod recursive_doubling;
+pub mod ring;
+pub mod tree;
+
+use std::ops::Range;
+
+use crate::error::{Error, Result};
+use crate::transport::{Sink, Tag, Transport};
+
+/// An all_reduce algorithm choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algo {
+    /// Pick by message size and world size (see [`select`]).
+    Auto,
+    /// Ring: reduce-scatter then all-gather, bandwidth-optimal.
+    Ring,
+    /// Recursive halving (reduce-scatter) then doubling (all-gather).
+    HalvingDoubling,
+    /// Recursive doubling: log2(n) full-buffer exchanges, latency-optimal.
+    RecursiveDoubling,
+    /// Binomial-tree reduce to rank 0, then binomial-tree broadcast.
+    Tree,
+}
+
+impl Algo {
+    /// Every concrete algorithm (not `Auto`).
+    pub const CONCRETE: [Algo; 4] = [
+        Algo::Ring,
+        Algo::HalvingDoubling,
+        Algo::RecursiveDoubling,
+        Algo::Tree,
+    ];
+
+    /// Parses `auto`, `ring`, `halving-doubling` (`hd`), `recursive-doubling` (`rd`), `tree`.
+    pub fn parse(s: &str) -> Option<Algo> {
+        Some(match s.to_ascii_lowercase().replace('_', "-").as_str() {
+            "auto" => Algo::Auto,
+            "ring" => Algo::Ring,
+            "halving-doubling" | "hd" => Algo::HalvingDoubling,
+            "recursive-doubling" | "rd" => Algo::RecursiveDoubling,
+            "tree" | "binomial" => Algo::Tree,
+            _ => return None,
+        })
+    }
+
+    /// The name `parse` accepts.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Auto => "auto",
+            Algo::Ring => "ring",
+            Algo::HalvingDoubling => "halving-doubling",
+            Algo::RecursiveDoubling => "recursive-doubling",
+            Algo::Tree => "tree",
+        }
+    }
+
+    /// Reads `RINGSIDE_ALGO`; unset means `Auto`.
+    pub fn from_env() -> Result<Algo> {
+        match std::env::var("RINGSIDE_ALGO") {
+            Ok(s) => Algo::parse(&s).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "RINGSIDE_ALGO={s:?}: expected auto, ring, halving-doubling, recursive-doubling or tree"
+                ))
+            }),
+            Err(_) => Ok(Algo::Auto),
+        }
+    }
+}
+
+/// All-reduces at or below this many bytes take the latency path: recursive
+/// doubling staged in scratch memory, with no separate agreement round.
+pub const SMALL_BYTES: usize = 16 << 10;
+/// From this many bytes on, `Auto` uses the ring; below it, halving-doubling.
+pub const RING_BYTES: usize = 256 << 10;
+
+/// The all_reduce algorithm `Auto` picks for `bytes` at `world` ranks.
+pub fn select(requested: Algo, bytes: usize, world: usize) -> Algo {
+    match requested {
+        Algo::Auto if bytes <= SMALL_BYTES => Algo::RecursiveDoubling,
+        // With two ranks, halving-doubling and ring move the same bytes; the ring's
+        // streamed blocks pipeline better.
+        Algo::Auto if bytes >= RING_BYTES || world == 2 => Algo::Ring,
+        Algo::Auto => Algo::HalvingDoubling,
+        a => a,
+    }
+}
+
+/// A transport plus the tag of the collective in progress.
+pub struct Peers<'a> {
+    /// The transport.
+    pub t: &'a mut dyn Transport,
+    /// Stamped on every message of this call.
+    pub tag: Tag,
+}
+
+impl Peers<'_> {
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.t.rank()
+    }
+    /// Number of ranks.
+    pub fn world(&self) -> usize {
+        self.t.world_size()
+    }
+    /// Sends `data` to `to`.
+    pub fn send(&mut self, to: usize, data: &[u8]) -> Result<()> {
+        self.t.exchange(&self.tag, Some((to, data)), None)
+    }
+    /// Receives from `from` into `sink`.
+    pub fn recv(&mut self, from: usize, sink: Sink<'_>) -> Result<()> {
+        self.t.exchange(&self.tag, None, Some((from, sink)))
+    }
+    /// Sends to `to` while receiving from `from`.
+    pub fn sendrecv(&mut self, to: usize, data: &[u8], from: usize, sink: Sink<'_>) -> Result<()> {
+        self.t
+            .exchange(&self.tag, Some((to, data)), Some((from, sink)))
+    }
+}
+
+/// Splits `count` elements of `esize` bytes into `parts` nearly equal byte ranges.
+pub fn partition(count: usize, parts: usize, esize: usize) -> Vec<Range<usize>> {
+    (0..parts)
+        .map(|i| (i * count / parts) * esize..((i + 1) * count / parts) * esize)
+        .collect()
+}
+
+/// Borrows `buf[src]` shared and `buf[dst]` mutably; the ranges must not overlap.
+pub fn split_pair(buf: &mut [u8], src: Range<usize>, dst: Range<usize>) -> (&[u8], &mut [u8]) {
+    if src.start >= dst.end {
+        let (lo, hi) = buf.split_at_mut(src.start);
+        (&hi[..src.len()], &mut lo[dst])
+    } else {
+        let (lo, hi) = buf.split_at_mut(dst.start);
+        (&lo[src], &mut hi[..dst.len()])
+    }
+}
+
+/// `(a - b) mod n` for ranks and block indices.
+pub fn sub_mod(a: usize, b: usize, n: usize) -> usize {
+    (a + n - b % n) % n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_covers_everything_in_order() {
+        let p = partition(10, 3, 4);
+        assert_eq!(p, vec![0..12, 12..24, 24..40]);
+        assert_eq!(partition(1, 4, 2), vec![0..0, 0..0, 0..0, 0..2]);
+    }
+
+    #[test]
+    fn split_pair_either_order() {
+        let mut b: Vec<u8> = (0..10).collect();
+        let (s, d) = split_pair(&mut b, 6..8, 1..3);
+        assert_eq!(s, &[6, 7]);
+        d[0] = 99;
+        let (s, d) = split_pair(&mut b, 0..2, 4..5);
+        assert_eq!(s, &[0, 99]);
+        assert_eq!(d, &[4]);
+    }
+}

@@ -1,1 +1,3 @@
 //! Backends behind [`crate::Communicator`].
+
+pub mod reference;

@@ -1,0 +1,553 @@
+//! The reference backend: ringside's own algorithms over a [`Transport`].
+//!
+//! Every call first validates its buffers, then (except on the small all_reduce
+//! latency path) runs a dissemination agreement round whose messages carry the
+//! call's [`Tag`], so ranks that called different things all fail with an error
+//! before any output is written. The latency path needs no extra round: it
+//! stages the data in scratch memory and every rank's result depends on every
+//! other rank's tagged messages, so a mismatch still reaches every rank and the
+//! caller's output is untouched.
+//!
+//! After any error the transport is aborted (peers waiting on us fail promptly
+//! with the reason) and the communicator refuses further calls.
+
+use std::ops::Range;
+use std::sync::{Mutex, MutexGuard};
+
+use crate::algorithms::{
+    self, Algo, Peers, dissemination, halving_doubling, linear, pairwise, recursive_doubling, ring,
+    tree,
+};
+use crate::buffer::{Buffer, BufferMut};
+use crate::element::{DType, ReduceOp, finish_avg};
+use crate::error::{Error, Result};
+use crate::transport::{Tag, Transport};
+use crate::{Backend, Collective, Communicator, Input};
+
+const B: Backend = Backend::Reference;
+
+/// A communicator running ringside's own algorithms.
+pub struct ReferenceComm {
+    rank: usize,
+    world: usize,
+    transport_name: &'static str,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    t: Box<dyn Transport>,
+    algo: Algo,
+    seq: u32,
+    sent: Vec<u32>,
+    received: Vec<u32>,
+    broken: Option<String>,
+    scratch: Vec<u64>,
+    scratch2: Vec<u64>,
+}
+
+/// An 8-byte-aligned scratch area of `bytes` bytes (aligned, so reductions take
+/// the vectorised path).
+fn area(v: &mut Vec<u64>, bytes: usize) -> &mut [u8] {
+    let words = bytes.div_ceil(8);
+    if v.len() < words {
+        v.resize(words, 0);
+    }
+    &mut bytemuck::cast_slice_mut(v.as_mut_slice())[..bytes]
+}
+
+fn input_bytes<'a>(
+    input: &'a Input<'_>,
+    dtype: DType,
+    len: usize,
+    what: &str,
+) -> Result<Option<&'a [u8]>> {
+    match input {
+        Input::InPlace => Ok(None),
+        Input::Buffer(b) => {
+            if b.dtype() != dtype {
+                return Err(Error::InvalidArgument(format!(
+                    "{what}: input is {} but output is {dtype}",
+                    b.dtype()
+                )));
+            }
+            if b.len() != len {
+                return Err(Error::InvalidArgument(format!(
+                    "{what}: input has {} elements, expected {len}",
+                    b.len()
+                )));
+            }
+            b.host_bytes(B).map(Some)
+        }
+    }
+}
+
+fn per_rank(total: usize, n: usize, what: &str) -> Result<usize> {
+    if total % n != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "{what}: {total} elements is not a multiple of the world size {n}"
+        )));
+    }
+    Ok(total / n)
+}
+
+fn blocks(count: usize, n: usize, esize: usize) -> Vec<Range<usize>> {
+    (0..n)
+        .map(|i| i * count * esize..(i + 1) * count * esize)
+        .collect()
+}
+
+impl ReferenceComm {
+    /// Wraps a connected transport. `transport_name` is reported by [`ReferenceComm::transport`].
+    pub fn new(t: Box<dyn Transport>, algo: Algo, transport_name: &'static str) -> Self {
+        let (rank, world) = (t.rank(), t.world_size());
+        ReferenceComm {
+            rank,
+            world,
+            transport_name,
+            inner: Mutex::new(Inner {
+                t,
+                algo,
+                seq: 0,
+                sent: vec![0; world],
+                received: vec![0; world],
+                broken: None,
+                scratch: Vec::new(),
+                scratch2: Vec::new(),
+            }),
+        }
+    }
+
+    /// The transport in use (`tcp` or `shm`).
+    pub fn transport(&self) -> &'static str {
+        self.transport_name
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
+        let g = self.inner.lock().map_err(|_| {
+            Error::Protocol("communicator poisoned by a panic in another thread".into())
+        })?;
+        if let Some(why) = &g.broken {
+            return Err(Error::Protocol(format!(
+                "this communicator failed earlier ({why}); create a new one"
+            )));
+        }
+        Ok(g)
+    }
+
+    fn check_root(&self, root: usize) -> Result<()> {
+        if root >= self.world {
+            return Err(Error::InvalidArgument(format!(
+                "root {root} is not a rank of this world of {}",
+                self.world
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs one collective: numbers it, and on failure aborts the transport so
+    /// peers fail fast, and marks the communicator broken.
+    fn run(
+        &self,
+        collective: Collective,
+        body: impl FnOnce(&mut Inner, u32) -> Result<()>,
+    ) -> Result<()> {
+        let mut g = self.lock()?;
+        g.seq = g.seq.wrapping_add(1);
+        let seq = g.seq;
+        let res = body(&mut g, seq);
+        if let Err(e) = &res {
+            let reason = format!("rank {} failed in {collective}: {e}", self.rank);
+            g.t.abort(&reason);
+            g.broken = Some(e.to_string());
+        }
+        res
+    }
+}
+
+impl Inner {
+    fn peers(&mut self, tag: Tag) -> Peers<'_> {
+        Peers {
+            t: self.t.as_mut(),
+            tag,
+        }
+    }
+    fn agree(&mut self, tag: Tag) -> Result<()> {
+        dissemination::barrier(&mut self.peers(tag))
+    }
+}
+
+fn tag(
+    collective: Collective,
+    seq: u32,
+    dtype: DType,
+    op: Option<ReduceOp>,
+    root: usize,
+    count: usize,
+) -> Tag {
+    Tag {
+        collective,
+        seq,
+        dtype,
+        op: op.map_or(0, ReduceOp::code),
+        root: root as u32,
+        count: count as u64,
+    }
+}
+
+impl Communicator for ReferenceComm {
+    fn backend(&self) -> Backend {
+        B
+    }
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn world_size(&self) -> usize {
+        self.world
+    }
+
+    fn all_reduce(&self, input: Input<'_>, output: &mut BufferMut<'_>, op: ReduceOp) -> Result<()> {
+        let n = self.world;
+        self.run(Collective::AllReduce, |g, seq| {
+            let (dtype, count) = (output.dtype(), output.len());
+            let src = input_bytes(&input, dtype, count, "all_reduce")?;
+            let out = output.host_bytes_mut(B)?;
+            let tag = tag(Collective::AllReduce, seq, dtype, Some(op), 0, count);
+            if n == 1 {
+                if let Some(s) = src {
+                    out.copy_from_slice(s);
+                }
+                return Ok(());
+            }
+            let bytes = out.len();
+            let algo = algorithms::select(g.algo, bytes, n);
+            if algo == Algo::RecursiveDoubling && bytes <= algorithms::SMALL_BYTES {
+                // Latency path: staged, so `out` is only written on success.
+                let Inner {
+                    t,
+                    scratch,
+                    scratch2,
+                    ..
+                } = g;
+                let work = area(scratch, bytes);
+                work.copy_from_slice(src.unwrap_or(out));
+                let tmp = area(scratch2, bytes);
+                let mut p = Peers { t: t.as_mut(), tag };
+                recursive_doubling::all_reduce(&mut p, work, tmp, dtype, op)?;
+                if op == ReduceOp::Avg {
+                    finish_avg(dtype, work, n);
+                }
+                out.copy_from_slice(work);
+                return Ok(());
+            }
+            g.agree(tag)?;
+            if let Some(s) = src {
+                out.copy_from_slice(s);
+            }
+            let Inner { t, scratch, .. } = g;
+            let mut p = Peers { t: t.as_mut(), tag };
+            match algo {
+                Algo::Ring => ring::all_reduce(&mut p, out, dtype, op)?,
+                Algo::HalvingDoubling => {
+                    halving_doubling::all_reduce(&mut p, out, area(scratch, bytes), dtype, op)?
+                }
+                Algo::RecursiveDoubling => {
+                    recursive_doubling::all_reduce(&mut p, out, area(scratch, bytes), dtype, op)?
+                }
+                Algo::Tree | Algo::Auto => {
+                    tree::reduce(&mut p, out, dtype, op, 0)?;
+                    tree::broadcast(&mut p, out, 0)?;
+                }
+            }
+            if op == ReduceOp::Avg {
+                finish_avg(dtype, out, n);
+            }
+            Ok(())
+        })
+    }
+
+    fn broadcast(&self, input: Input<'_>, output: &mut BufferMut<'_>, root: usize) -> Result<()> {
+        self.run(Collective::Broadcast, |g, seq| {
+            self.check_root(root)?;
+            let (dtype, count) = (output.dtype(), output.len());
+            let src = if self.rank == root {
+                input_bytes(&input, dtype, count, "broadcast")?
+            } else {
+                None
+            };
+            let out = output.host_bytes_mut(B)?;
+            let tag = tag(Collective::Broadcast, seq, dtype, None, root, count);
+            g.agree(tag)?;
+            if let Some(s) = src {
+                out.copy_from_slice(s);
+            }
+            tree::broadcast(&mut g.peers(tag), out, root)
+        })
+    }
+
+    fn reduce(
+        &self,
+        input: Input<'_>,
+        output: &mut BufferMut<'_>,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<()> {
+        let (n, me) = (self.world, self.rank);
+        self.run(Collective::Reduce, |g, seq| {
+            self.check_root(root)?;
+            let dtype = output.dtype();
+            let count = match &input {
+                Input::Buffer(b) => b.len(),
+                Input::InPlace => output.len(),
+            };
+            if me == root && output.len() != count {
+                return Err(Error::InvalidArgument(format!(
+                    "reduce: root output has {} elements, input {count}",
+                    output.len()
+                )));
+            }
+            let src = input_bytes(&input, dtype, count, "reduce")?;
+            let out = output.host_bytes_mut(B)?;
+            let tag = tag(Collective::Reduce, seq, dtype, Some(op), root, count);
+            g.agree(tag)?;
+            let Inner { t, scratch, .. } = g;
+            let mut p = Peers { t: t.as_mut(), tag };
+            let bytes = count * dtype.size();
+            if me == root {
+                if let Some(s) = src {
+                    out.copy_from_slice(s);
+                }
+                tree::reduce(&mut p, out, dtype, op, root)?;
+                if op == ReduceOp::Avg {
+                    finish_avg(dtype, out, n);
+                }
+            } else {
+                // Non-roots accumulate partial results in scratch, leaving the
+                // caller's buffers as they were.
+                let acc = area(scratch, bytes);
+                acc.copy_from_slice(src.unwrap_or(&out[..bytes.min(out.len())]));
+                tree::reduce(&mut p, acc, dtype, op, root)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn all_gather(&self, input: Input<'_>, output: &mut BufferMut<'_>) -> Result<()> {
+        let (n, me) = (self.world, self.rank);
+        self.run(Collective::AllGather, |g, seq| {
+            let dtype = output.dtype();
+            let count = per_rank(output.len(), n, "all_gather output")?;
+            let src = input_bytes(&input, dtype, count, "all_gather")?;
+            let out = output.host_bytes_mut(B)?;
+            let tag = tag(Collective::AllGather, seq, dtype, None, 0, count);
+            g.agree(tag)?;
+            let bl = blocks(count, n, dtype.size());
+            if let Some(s) = src {
+                out[bl[me].clone()].copy_from_slice(s);
+            }
+            ring::all_gather_blocks(&mut g.peers(tag), out, &bl)
+        })
+    }
+
+    fn reduce_scatter(
+        &self,
+        input: Input<'_>,
+        output: &mut BufferMut<'_>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let (n, me) = (self.world, self.rank);
+        self.run(Collective::ReduceScatter, |g, seq| {
+            let dtype = output.dtype();
+            let count = match &input {
+                Input::InPlace => per_rank(output.len(), n, "in-place reduce_scatter output")?,
+                Input::Buffer(_) => output.len(),
+            };
+            let src = input_bytes(&input, dtype, n * count, "reduce_scatter")?;
+            let out = output.host_bytes_mut(B)?;
+            let tag = tag(Collective::ReduceScatter, seq, dtype, Some(op), 0, count);
+            g.agree(tag)?;
+            let bl = blocks(count, n, dtype.size());
+            let Inner { t, scratch, .. } = g;
+            let mut p = Peers { t: t.as_mut(), tag };
+            let mine = match src {
+                Some(s) => {
+                    let work = area(scratch, s.len());
+                    work.copy_from_slice(s);
+                    ring::reduce_scatter_blocks(&mut p, work, &bl, dtype, op)?;
+                    out.copy_from_slice(&work[bl[me].clone()]);
+                    &mut out[..]
+                }
+                None => {
+                    ring::reduce_scatter_blocks(&mut p, out, &bl, dtype, op)?;
+                    &mut out[bl[me].clone()]
+                }
+            };
+            if op == ReduceOp::Avg {
+                finish_avg(dtype, mine, n);
+            }
+            Ok(())
+        })
+    }
+
+    fn all_to_all(&self, input: Input<'_>, output: &mut BufferMut<'_>) -> Result<()> {
+        let n = self.world;
+        self.run(Collective::AllToAll, |g, seq| {
+            let dtype = output.dtype();
+            let count = per_rank(output.len(), n, "all_to_all output")?;
+            let src = input_bytes(&input, dtype, n * count, "all_to_all")?;
+            let out = output.host_bytes_mut(B)?;
+            let tag = tag(Collective::AllToAll, seq, dtype, None, 0, count);
+            g.agree(tag)?;
+            let bl = blocks(count, n, dtype.size());
+            let Inner { t, scratch, .. } = g;
+            let mut p = Peers { t: t.as_mut(), tag };
+            match src {
+                Some(s) => pairwise::all_to_all(&mut p, s, out, &bl),
+                None => {
+                    // In place: blocks still to be sent would be overwritten by
+                    // blocks arriving, so send from a copy.
+                    let copy = area(scratch, out.len());
+                    copy.copy_from_slice(out);
+                    pairwise::all_to_all(&mut p, copy, out, &bl)
+                }
+            }
+        })
+    }
+
+    fn gather(&self, input: Input<'_>, output: &mut BufferMut<'_>, root: usize) -> Result<()> {
+        let (n, me) = (self.world, self.rank);
+        self.run(Collective::Gather, |g, seq| {
+            self.check_root(root)?;
+            let dtype = output.dtype();
+            let count = match &input {
+                Input::Buffer(b) => b.len(),
+                Input::InPlace => per_rank(output.len(), n, "in-place gather output")?,
+            };
+            if (me == root || matches!(input, Input::InPlace)) && output.len() != n * count {
+                return Err(Error::InvalidArgument(format!(
+                    "gather: output has {} elements, expected {} (world {n} x {count})",
+                    output.len(),
+                    n * count
+                )));
+            }
+            let src = input_bytes(&input, dtype, count, "gather")?;
+            let out = output.host_bytes_mut(B)?;
+            let tag = tag(Collective::Gather, seq, dtype, None, root, count);
+            g.agree(tag)?;
+            let bl = blocks(count, n, dtype.size());
+            let Inner { t, scratch, .. } = g;
+            let mut p = Peers { t: t.as_mut(), tag };
+            match src {
+                Some(s) => linear::gather(&mut p, s, out, &bl, root),
+                None => {
+                    let own = area(scratch, bl[me].len());
+                    own.copy_from_slice(&out[bl[me].clone()]);
+                    linear::gather(&mut p, own, out, &bl, root)
+                }
+            }
+        })
+    }
+
+    fn scatter(&self, input: Input<'_>, output: &mut BufferMut<'_>, root: usize) -> Result<()> {
+        let (n, me) = (self.world, self.rank);
+        self.run(Collective::Scatter, |g, seq| {
+            self.check_root(root)?;
+            let dtype = output.dtype();
+            let count = match &input {
+                Input::InPlace => per_rank(output.len(), n, "in-place scatter output")?,
+                Input::Buffer(_) => output.len(),
+            };
+            let src = if me == root {
+                input_bytes(&input, dtype, n * count, "scatter")?
+            } else {
+                None
+            };
+            let out = output.host_bytes_mut(B)?;
+            let tag = tag(Collective::Scatter, seq, dtype, None, root, count);
+            g.agree(tag)?;
+            let bl = blocks(count, n, dtype.size());
+            let Inner { t, scratch, .. } = g;
+            let mut p = Peers { t: t.as_mut(), tag };
+            match (&input, src) {
+                (Input::InPlace, _) => {
+                    let copy = area(scratch, if me == root { out.len() } else { 0 });
+                    copy.copy_from_slice(if me == root { &out[..] } else { &[] });
+                    linear::scatter(&mut p, copy, &mut out[bl[me].clone()], &bl, root)
+                }
+                (_, Some(s)) => linear::scatter(&mut p, s, out, &bl, root),
+                (_, None) => linear::scatter(&mut p, &[], out, &bl, root),
+            }
+        })
+    }
+
+    fn barrier(&self) -> Result<()> {
+        self.run(Collective::Barrier, |g, seq| {
+            g.agree(tag(Collective::Barrier, seq, DType::U8, None, 0, 0))
+        })
+    }
+
+    fn send(&self, buf: &Buffer<'_>, peer: usize) -> Result<()> {
+        self.point_to_point(
+            peer,
+            buf.dtype(),
+            buf.len(),
+            |g, tag| {
+                let bytes = buf.host_bytes(B)?;
+                g.peers(tag).send(peer, bytes)
+            },
+            true,
+        )
+    }
+
+    fn recv(&self, buf: &mut BufferMut<'_>, peer: usize) -> Result<()> {
+        let (dtype, len) = (buf.dtype(), buf.len());
+        self.point_to_point(
+            peer,
+            dtype,
+            len,
+            |g, tag| {
+                let bytes = buf.host_bytes_mut(B)?;
+                g.peers(tag).recv(peer, crate::transport::Sink::Copy(bytes))
+            },
+            false,
+        )
+    }
+}
+
+impl ReferenceComm {
+    /// Send/recv are numbered per peer and direction, not per communicator:
+    /// only the two ranks involved take part.
+    fn point_to_point(
+        &self,
+        peer: usize,
+        dtype: DType,
+        count: usize,
+        body: impl FnOnce(&mut Inner, Tag) -> Result<()>,
+        sending: bool,
+    ) -> Result<()> {
+        let mut g = self.lock()?;
+        let res = (|| {
+            if peer >= self.world || peer == self.rank {
+                return Err(Error::InvalidArgument(format!(
+                    "peer {peer} is not another rank of this world of {}",
+                    self.world
+                )));
+            }
+            let counter = if sending {
+                &mut g.sent[peer]
+            } else {
+                &mut g.received[peer]
+            };
+            *counter = counter.wrapping_add(1);
+            let seq = *counter;
+            // The root field names the sender so both sides build the same tag.
+            let sender = if sending { self.rank } else { peer };
+            let t = tag(Collective::SendRecv, seq, dtype, None, sender, count);
+            body(&mut g, t)
+        })();
+        if let Err(e) = &res {
+            g.t.abort(&format!("rank {} failed in send/recv: {e}", self.rank));
+            g.broken = Some(e.to_string());
+        }
+        res
+    }
+}
