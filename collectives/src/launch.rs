@@ -1,1 +1,830 @@
-//! (being written)
+//! Starting and supervising ranks: the engine of `ringside launch`, and
+//! [`init`], the `mp.spawn`-style entry point for programs.
+//!
+//! [`spawn`] starts `nproc_per_node` copies of a program with the
+//! torchrun-compatible variables (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
+//! `LOCAL_WORLD_SIZE`, `GROUP_RANK`, `MASTER_ADDR`, `MASTER_PORT`) plus
+//! `RINGSIDE_JOB_TOKEN`, forwards their stderr line by line as `[rank N] …`,
+//! and watches them. The first rank to fail (non-zero exit or a signal) ends
+//! the job: the others get SIGTERM, then SIGKILL after the grace period, and
+//! the report says who failed and how, with its last stderr lines.
+//!
+//! Nothing outlives the launcher:
+//! - each rank runs in its own process group, and signals go to the whole
+//!   group, so a rank's own children (`sh -c 'sleep 60'`) stop with it;
+//!   when a rank exits, whatever it left running in its group is killed;
+//! - each rank gets `PR_SET_PDEATHSIG(SIGKILL)`, so if the launcher itself is
+//!   killed the ranks die too (their children can then survive: only a
+//!   launcher that exits normally cleans up whole groups);
+//! - with [`install_interrupt_handler`], Ctrl-C / SIGTERM / SIGHUP to the
+//!   launcher stops every rank the same way and the report's exit code is
+//!   128 + the signal (130 for Ctrl-C).
+//!
+//! Ranks get `/dev/null` as stdin: being in their own process groups, a
+//! rank reading the terminal would be stopped by the shell's job control.
+//!
+//! Multi-node: run the launcher once per node with the same `nnodes`,
+//! `master_addr`, `master_port` and **the same token** on every node (pass
+//! `RINGSIDE_JOB_TOKEN` or `--token`; make one with `openssl rand -hex 16`).
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::fmt;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, ChildStderr, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::rendezvous::env::{DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT, Overrides, RankInfo};
+use crate::rendezvous::store::{TOKEN_VAR, Token};
+
+/// How many stderr lines per rank a report keeps.
+pub const TAIL_LINES: usize = 20;
+/// The default time ranks get between SIGTERM and SIGKILL.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+/// How often the supervisor looks at its children.
+const POLL: Duration = Duration::from_millis(20);
+/// A forwarded line longer than this is split (bounds the launcher's memory).
+const MAX_LINE: u64 = 64 * 1024;
+/// How long to wait for the last stderr bytes after every rank has exited.
+const DRAIN: Duration = Duration::from_secs(2);
+
+/// What to launch.
+#[derive(Clone, Debug)]
+pub struct LaunchSpec {
+    /// The program every rank runs.
+    pub program: OsString,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// Ranks on this node.
+    pub nproc_per_node: usize,
+    /// Nodes in the job (each runs one launcher).
+    pub nnodes: usize,
+    /// This node's index, `0..nnodes`; its ranks are
+    /// `node_rank * nproc_per_node ..`.
+    pub node_rank: usize,
+    /// Host of rank 0.
+    pub master_addr: String,
+    /// Port of rank 0's store; `None`: a free port on 127.0.0.1 for a single
+    /// node, 29500 for several (every node must agree).
+    pub master_port: Option<u16>,
+    /// The job token; `None`: a fresh random one (single node only).
+    pub token: Option<Token>,
+    /// Extra environment variables for every rank.
+    pub env: Vec<(OsString, OsString)>,
+    /// Time between SIGTERM and SIGKILL when stopping ranks.
+    pub grace: Duration,
+}
+
+impl LaunchSpec {
+    /// `nproc_per_node` local ranks of `program args…` on one node, with
+    /// defaults for everything else.
+    pub fn new<S: Into<OsString>>(
+        program: impl Into<OsString>,
+        args: impl IntoIterator<Item = S>,
+        nproc_per_node: usize,
+    ) -> LaunchSpec {
+        LaunchSpec {
+            program: program.into(),
+            args: args.into_iter().map(Into::into).collect(),
+            nproc_per_node,
+            nnodes: 1,
+            node_rank: 0,
+            master_addr: DEFAULT_MASTER_ADDR.to_owned(),
+            master_port: None,
+            token: None,
+            env: Vec::new(),
+            grace: DEFAULT_GRACE,
+        }
+    }
+}
+
+/// How a rank's process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// It exited with this code.
+    Code(i32),
+    /// A signal killed it.
+    Signal(i32),
+    /// Its status could not be read.
+    Unknown,
+}
+
+impl Exit {
+    /// Whether it exited with code 0.
+    pub fn success(self) -> bool {
+        self == Exit::Code(0)
+    }
+
+    /// The shell's view: the code, or 128 + the signal.
+    pub fn shell_code(self) -> i32 {
+        match self {
+            Exit::Code(c) => c,
+            Exit::Signal(s) => 128 + s,
+            Exit::Unknown => 1,
+        }
+    }
+}
+
+impl fmt::Display for Exit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Exit::Code(c) => write!(f, "exited with code {c}"),
+            Exit::Signal(s) => write!(f, "was killed by signal {s} ({})", signal_name(s)),
+            Exit::Unknown => f.write_str("ended with an unknown status"),
+        }
+    }
+}
+
+/// The name of a signal number (`SIGKILL`), or `signal N`.
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        libc::SIGSYS => "SIGSYS",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_owned()
+}
+
+/// How the launcher ended a rank that was still running.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// It exited after SIGTERM.
+    Terminated,
+    /// It outlived the grace period (or a second Ctrl-C) and got SIGKILL.
+    Killed,
+}
+
+/// What became of one rank.
+#[derive(Clone, Debug)]
+pub struct RankOutcome {
+    /// Global rank.
+    pub rank: usize,
+    /// Rank on this node.
+    pub local_rank: usize,
+    /// Its process id.
+    pub pid: u32,
+    /// How it ended.
+    pub exit: Exit,
+    /// Set if the launcher stopped it (after another rank failed or an interrupt).
+    pub stopped: Option<Stopped>,
+    /// Its last stderr lines (at most [`TAIL_LINES`]).
+    pub stderr_tail: Vec<String>,
+}
+
+impl RankOutcome {
+    /// "rank 1 (pid 4242) was killed by signal 9 (SIGKILL)".
+    pub fn describe(&self) -> String {
+        format!("rank {} (pid {}) {}", self.rank, self.pid, self.exit)
+    }
+}
+
+/// The result of a launch: every rank's outcome and what ended the job.
+#[derive(Clone, Debug)]
+pub struct LaunchReport {
+    /// One entry per local rank, in local-rank order.
+    pub ranks: Vec<RankOutcome>,
+    /// Index into `ranks` of the rank whose failure ended the job.
+    pub failed: Option<usize>,
+    /// The signal (SIGINT, SIGTERM, SIGHUP) that made the launcher stop the job.
+    pub interrupted: Option<i32>,
+}
+
+impl LaunchReport {
+    /// Whether every rank exited with code 0.
+    pub fn success(&self) -> bool {
+        self.exit_code() == 0
+    }
+
+    /// The rank whose failure ended the job.
+    pub fn failure(&self) -> Option<&RankOutcome> {
+        self.failed.and_then(|i| self.ranks.get(i))
+    }
+
+    /// The launcher's exit code: 128 + signal if interrupted (130 for
+    /// Ctrl-C), else the failed rank's code (128 + signal if a signal killed
+    /// it), else 0.
+    pub fn exit_code(&self) -> i32 {
+        if let Some(sig) = self.interrupted {
+            return 128 + sig;
+        }
+        if let Some(f) = self.failure() {
+            let c = f.exit.shell_code();
+            // A code of 0 cannot mark a failure; keep the launcher's exit non-zero.
+            return if c == 0 { 1 } else { c };
+        }
+        if self.ranks.iter().all(|r| r.exit.success()) {
+            0
+        } else {
+            1
+        }
+    }
+}
+
+impl fmt::Display for LaunchReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(sig) = self.interrupted {
+            writeln!(f, "interrupted by {}; stopped all ranks", signal_name(sig))?;
+        }
+        if let Some(r) = self.failure() {
+            writeln!(f, "{}", r.describe())?;
+            if r.stderr_tail.is_empty() {
+                writeln!(f, "rank {} wrote nothing to stderr", r.rank)?;
+            } else {
+                writeln!(
+                    f,
+                    "last {} stderr lines of rank {}:",
+                    r.stderr_tail.len(),
+                    r.rank
+                )?;
+                for line in &r.stderr_tail {
+                    writeln!(f, "  | {line}")?;
+                }
+            }
+        }
+        let stopped: Vec<String> = self
+            .ranks
+            .iter()
+            .filter_map(|r| match r.stopped {
+                Some(Stopped::Terminated) => Some(format!("{} (SIGTERM)", r.rank)),
+                Some(Stopped::Killed) => Some(format!("{} (SIGKILL)", r.rank)),
+                None => None,
+            })
+            .collect();
+        if !stopped.is_empty() {
+            writeln!(f, "stopped ranks: {}", stopped.join(", "))?;
+        }
+        if self.failed.is_none() && self.interrupted.is_none() {
+            if self.success() {
+                writeln!(f, "all {} ranks exited successfully", self.ranks.len())?;
+            } else {
+                for r in self.ranks.iter().filter(|r| !r.exit.success()) {
+                    writeln!(f, "{}", r.describe())?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Interrupts
+
+/// Number of `spawn` calls supervising right now.
+static SUPERVISING: AtomicUsize = AtomicUsize::new(0);
+/// The last interrupt signal received while supervising (0: none).
+static PENDING: AtomicI32 = AtomicI32::new(0);
+/// Interrupts received while supervising; a second one skips the grace period.
+static INTERRUPTS: AtomicUsize = AtomicUsize::new(0);
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(sig: libc::c_int) {
+    // Only async-signal-safe work here: atomics, signal(), raise().
+    if SUPERVISING.load(Ordering::SeqCst) > 0 {
+        PENDING.store(sig, Ordering::SeqCst);
+        INTERRUPTS.fetch_add(1, Ordering::SeqCst);
+    } else {
+        // Not launching anything: behave as if no handler were installed,
+        // so a rank that shares the launcher's code still dies on SIGTERM.
+        // SAFETY: signal() and raise() are async-signal-safe.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+    }
+}
+
+/// Makes SIGINT (Ctrl-C), SIGTERM and SIGHUP stop the ranks of a running
+/// [`spawn`] cleanly (SIGTERM, grace period, SIGKILL; exit code 128 +
+/// signal) instead of killing the launcher outright. Outside a `spawn`
+/// these signals keep their default effect. Call it once, early in a
+/// launcher's `main`; calling it again does nothing. The library never
+/// installs it by itself.
+pub fn install_interrupt_handler() -> Result<()> {
+    if INSTALLED.swap(true, Ordering::SeqCst) {
+        return Ok(());
+    }
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value;
+        // we set a handler that only touches atomics and async-signal-safe
+        // calls, and pass valid pointers.
+        let rc = unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(sig, &action, std::ptr::null_mut())
+        };
+        if rc != 0 {
+            INSTALLED.store(false, Ordering::SeqCst);
+            return Err(Error::io(
+                format!("installing a handler for {}", signal_name(sig)),
+                std::io::Error::last_os_error(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Counts this thread as supervising while alive (also on early return).
+struct Supervising;
+
+impl Supervising {
+    fn start() -> Supervising {
+        PENDING.store(0, Ordering::SeqCst);
+        INTERRUPTS.store(0, Ordering::SeqCst);
+        SUPERVISING.fetch_add(1, Ordering::SeqCst);
+        Supervising
+    }
+}
+
+impl Drop for Supervising {
+    fn drop(&mut self) {
+        SUPERVISING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Spawning
+
+/// One started rank.
+struct Running {
+    rank: usize,
+    local_rank: usize,
+    child: Child,
+    pid: u32,
+    exit: Option<Exit>,
+    stopped: Option<Stopped>,
+    tail: Arc<Mutex<VecDeque<String>>>,
+    reader: Option<JoinHandle<()>>,
+}
+
+/// Sends `sig` to the rank's whole process group.
+fn signal_group(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill() has no memory-safety preconditions. The group id is the
+    // rank's pid (process_group(0)); it stays reserved while the rank is
+    // unreaped, and we signal it only until we reap.
+    unsafe {
+        libc::kill(-(pid as libc::pid_t), sig);
+    }
+}
+
+/// Whether the child has exited, without reaping it (so its pid, and with it
+/// the process-group id, cannot be reused before we clean up the group).
+fn has_exited(pid: u32) -> bool {
+    // SAFETY: a zeroed siginfo_t is valid; waitid writes into it.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let rc = libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        // An error (e.g. ECHILD) means there is nothing left to wait for:
+        // let the caller reap and read what it can.
+        rc != 0 || info.si_pid() != 0
+    }
+}
+
+fn exit_of(child: &mut Child) -> Exit {
+    match child.wait() {
+        Ok(st) => match (st.code(), st.signal()) {
+            (Some(c), _) => Exit::Code(c),
+            (None, Some(s)) => Exit::Signal(s),
+            (None, None) => Exit::Unknown,
+        },
+        Err(_) => Exit::Unknown,
+    }
+}
+
+/// Forwards a rank's stderr as `[rank N] line`, keeping the last lines.
+fn forward(rank: usize, pipe: ChildStderr, tail: Arc<Mutex<VecDeque<String>>>) {
+    let mut reader = BufReader::new(pipe);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut reader).take(MAX_LINE).read_until(b'\n', &mut line) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+        let text = String::from_utf8_lossy(line.strip_suffix(b"\n").unwrap_or(&line));
+        let text = text.strip_suffix('\r').unwrap_or(&text).to_owned();
+        {
+            // One write per line, under the lock, so ranks' lines never mix.
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(err, "[rank {rank}] {text}");
+        }
+        let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
+        if t.len() == TAIL_LINES {
+            t.pop_front();
+        }
+        t.push_back(text);
+    }
+}
+
+/// Picks a port that is free on 127.0.0.1 right now.
+fn free_port() -> Result<u16> {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| Error::io("picking a free port on 127.0.0.1", e))
+}
+
+fn check(spec: &LaunchSpec) -> Result<()> {
+    if spec.program.is_empty() {
+        return Err(Error::InvalidArgument("no program to launch".into()));
+    }
+    if spec.nproc_per_node == 0 {
+        return Err(Error::InvalidArgument(
+            "nproc_per_node must be at least 1".into(),
+        ));
+    }
+    if spec.nnodes == 0 {
+        return Err(Error::InvalidArgument("nnodes must be at least 1".into()));
+    }
+    if spec.node_rank >= spec.nnodes {
+        return Err(Error::InvalidArgument(format!(
+            "node rank {} is out of range for {} nodes (0..{})",
+            spec.node_rank, spec.nnodes, spec.nnodes
+        )));
+    }
+    Ok(())
+}
+
+/// Starts the ranks of `spec` on this node, supervises them until all have
+/// ended, and reports. Returns `Err` only if the job could not start (bad
+/// spec, program not found); a failing rank is an `Ok` report with a
+/// non-zero [`LaunchReport::exit_code`]. Prints what it does to stderr:
+/// forwarded rank output, the first failure, and a summary if the job failed.
+///
+/// Call it from a thread that lives until it returns (it does not return
+/// earlier): `PR_SET_PDEATHSIG` fires when the spawning *thread* ends.
+pub fn spawn(spec: &LaunchSpec) -> Result<LaunchReport> {
+    check(spec)?;
+    let world_size = spec
+        .nnodes
+        .checked_mul(spec.nproc_per_node)
+        .ok_or_else(|| Error::InvalidArgument("nnodes × nproc_per_node overflows".into()))?;
+    let token = match (spec.token, spec.nnodes) {
+        (Some(t), _) => t,
+        (None, 1) => Token::generate()?,
+        (None, _) => {
+            return Err(Error::InvalidArgument(format!(
+                "a multi-node launch needs the same job token on every node: pass --token \
+                 (or set {TOKEN_VAR}) to one value everywhere, e.g. from `openssl rand -hex 16`"
+            )));
+        }
+    };
+    let master_port = match spec.master_port {
+        Some(p) => p,
+        None if spec.nnodes == 1 => free_port()?,
+        None => DEFAULT_MASTER_PORT,
+    };
+
+    let guard = Supervising::start();
+    let parent = std::process::id() as libc::pid_t;
+    let mut ranks: Vec<Running> = Vec::with_capacity(spec.nproc_per_node);
+    for local_rank in 0..spec.nproc_per_node {
+        let rank = spec.node_rank * spec.nproc_per_node + local_rank;
+        let mut cmd = Command::new(&spec.program);
+        cmd.args(&spec.args)
+            .env_remove("TORCHELASTIC_RUN_ID")
+            .env("RANK", rank.to_string())
+            .env("WORLD_SIZE", world_size.to_string())
+            .env("LOCAL_RANK", local_rank.to_string())
+            .env("LOCAL_WORLD_SIZE", spec.nproc_per_node.to_string())
+            .env("GROUP_RANK", spec.node_rank.to_string())
+            .env("MASTER_ADDR", &spec.master_addr)
+            .env("MASTER_PORT", master_port.to_string())
+            .env(TOKEN_VAR, token.to_string())
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        // SAFETY: the closure runs between fork and exec, so it may only make
+        // async-signal-safe calls and must not allocate: prctl and getppid
+        // qualify, and from_raw_os_error does not allocate.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The launcher died before prctl took effect: do not run orphaned.
+                if libc::getppid() != parent {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                kill_and_reap(&mut ranks);
+                drop(guard);
+                return Err(Error::io(
+                    format!(
+                        "cannot start rank {rank} ({})",
+                        spec.program.to_string_lossy()
+                    ),
+                    e,
+                ));
+            }
+        };
+        let pid = child.id();
+        let tail = Arc::new(Mutex::new(VecDeque::with_capacity(TAIL_LINES)));
+        let reader = child.stderr.take().and_then(|pipe| {
+            let tail = Arc::clone(&tail);
+            std::thread::Builder::new()
+                .name(format!("ringside-rank{rank}-stderr"))
+                .spawn(move || forward(rank, pipe, tail))
+                .ok()
+        });
+        ranks.push(Running {
+            rank,
+            local_rank,
+            child,
+            pid,
+            exit: None,
+            stopped: None,
+            tail,
+            reader,
+        });
+    }
+
+    let (failed, interrupted) = supervise(&mut ranks, spec.grace);
+    drop(guard);
+
+    // Every rank and its group are gone, so the pipes close and the readers
+    // finish; bound the wait anyway in case a rank's child escaped its group.
+    let drain_until = Instant::now() + DRAIN;
+    for r in &mut ranks {
+        if let Some(h) = r.reader.take() {
+            while !h.is_finished() && Instant::now() < drain_until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if h.is_finished() {
+                let _ = h.join();
+            }
+        }
+    }
+    let report = LaunchReport {
+        ranks: ranks
+            .iter()
+            .map(|r| RankOutcome {
+                rank: r.rank,
+                local_rank: r.local_rank,
+                pid: r.pid,
+                exit: r.exit.unwrap_or(Exit::Unknown),
+                stopped: r.stopped,
+                stderr_tail: r
+                    .tail
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .cloned()
+                    .collect(),
+            })
+            .collect(),
+        failed,
+        interrupted,
+    };
+    if !report.success() {
+        let mut err = std::io::stderr().lock();
+        for line in report.to_string().lines() {
+            let _ = writeln!(err, "ringside launch: {line}");
+        }
+    }
+    Ok(report)
+}
+
+/// Used when starting a later rank failed: stop the ones already running.
+fn kill_and_reap(ranks: &mut [Running]) {
+    for r in ranks.iter_mut() {
+        signal_group(r.pid, libc::SIGKILL);
+        r.exit = Some(exit_of(&mut r.child));
+    }
+}
+
+/// Watches the ranks until all have ended; returns the index of the rank
+/// whose failure ended the job and the interrupt signal, if any.
+fn supervise(ranks: &mut [Running], grace: Duration) -> (Option<usize>, Option<i32>) {
+    let mut failed = None;
+    let mut interrupted = None;
+    // Set once we start stopping ranks: when to escalate to SIGKILL.
+    let mut kill_at: Option<Instant> = None;
+    let mut killed = false;
+    loop {
+        for (i, r) in ranks.iter_mut().enumerate() {
+            if r.exit.is_some() || !has_exited(r.pid) {
+                continue;
+            }
+            // The rank is a zombie, so its group id is still ours to signal:
+            // clear out anything it left running, then reap it.
+            signal_group(r.pid, libc::SIGKILL);
+            let exit = exit_of(&mut r.child);
+            r.exit = Some(exit);
+            if !exit.success() && failed.is_none() && kill_at.is_none() && r.stopped.is_none() {
+                failed = Some(i);
+                let mut err = std::io::stderr().lock();
+                let _ = writeln!(
+                    err,
+                    "ringside launch: rank {} (pid {}) {}; stopping the other ranks \
+                     (SIGTERM, SIGKILL after {:?})",
+                    r.rank, r.pid, exit, grace
+                );
+            }
+        }
+        if ranks.iter().all(|r| r.exit.is_some()) {
+            return (failed, interrupted);
+        }
+        let sig = PENDING.load(Ordering::SeqCst);
+        if sig != 0 && interrupted.is_none() && failed.is_none() {
+            interrupted = Some(sig);
+        }
+        if kill_at.is_none() && (failed.is_some() || interrupted.is_some()) {
+            for r in ranks.iter_mut().filter(|r| r.exit.is_none()) {
+                signal_group(r.pid, libc::SIGTERM);
+                r.stopped = Some(Stopped::Terminated);
+            }
+            kill_at = Some(Instant::now() + grace);
+        }
+        let impatient = INTERRUPTS.load(Ordering::SeqCst) > 1;
+        if !killed && kill_at.is_some_and(|t| Instant::now() >= t || impatient) {
+            for r in ranks.iter_mut().filter(|r| r.exit.is_none()) {
+                signal_group(r.pid, libc::SIGKILL);
+                r.stopped = Some(Stopped::Killed);
+            }
+            killed = true;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// init
+
+/// What [`init`] made of this process.
+#[derive(Debug)]
+pub enum Role {
+    /// Run as this rank.
+    Rank(RankInfo),
+    /// This process launched the ranks (copies of itself), which have all
+    /// ended; exit with `report.exit_code()`.
+    Launcher(LaunchReport),
+}
+
+/// The `mp.spawn`-style entry point for programs:
+/// - started by a launcher (ringside, torchrun, mpirun, srun — see
+///   [`crate::rendezvous::env`]) → [`Role::Rank`] from the environment;
+/// - else with `nproc > 1` → runs `nproc` copies of this executable with the
+///   same arguments under [`spawn`] and returns [`Role::Launcher`];
+/// - else → [`Role::Rank`], rank 0 of a world of one.
+///
+/// Call [`install_interrupt_handler`] before `init` so Ctrl-C stops the
+/// copies cleanly; ranks are unaffected by it.
+pub fn init(nproc: Option<usize>) -> Result<Role> {
+    if RankInfo::launched_from_env()? {
+        return Ok(Role::Rank(RankInfo::from_env(&Overrides::default())?));
+    }
+    match nproc {
+        Some(0) => Err(Error::InvalidArgument(
+            "the number of processes must be at least 1".into(),
+        )),
+        Some(n) if n > 1 => {
+            let exe = std::env::current_exe()
+                .map_err(|e| Error::io("finding this program's executable to re-run it", e))?;
+            let spec = LaunchSpec::new(exe, std::env::args_os().skip(1), n);
+            Ok(Role::Launcher(spawn(&spec)?))
+        }
+        _ => Ok(Role::Rank(RankInfo::from_env(&Overrides::default())?)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(rank: usize, exit: Exit) -> RankOutcome {
+        RankOutcome {
+            rank,
+            local_rank: rank,
+            pid: 4242,
+            exit,
+            stopped: None,
+            stderr_tail: vec!["boom".into()],
+        }
+    }
+
+    #[test]
+    fn exit_descriptions() {
+        assert_eq!(
+            outcome(1, Exit::Signal(9)).describe(),
+            "rank 1 (pid 4242) was killed by signal 9 (SIGKILL)"
+        );
+        assert_eq!(
+            outcome(2, Exit::Code(3)).describe(),
+            "rank 2 (pid 4242) exited with code 3"
+        );
+        assert_eq!(signal_name(64), "signal 64");
+    }
+
+    #[test]
+    fn report_exit_codes() {
+        let ok = LaunchReport {
+            ranks: vec![outcome(0, Exit::Code(0)), outcome(1, Exit::Code(0))],
+            failed: None,
+            interrupted: None,
+        };
+        assert_eq!(ok.exit_code(), 0);
+        assert!(ok.to_string().contains("all 2 ranks exited successfully"));
+
+        let mut killed = ok.clone();
+        killed.ranks[1].exit = Exit::Signal(libc::SIGKILL);
+        killed.failed = Some(1);
+        assert_eq!(killed.exit_code(), 137);
+        let text = killed.to_string();
+        assert!(
+            text.contains("SIGKILL") && text.contains("  | boom"),
+            "{text}"
+        );
+
+        let mut code = ok.clone();
+        code.ranks[0].exit = Exit::Code(3);
+        code.failed = Some(0);
+        assert_eq!(code.exit_code(), 3);
+
+        let mut int = ok.clone();
+        int.interrupted = Some(libc::SIGINT);
+        assert_eq!(int.exit_code(), 130);
+    }
+
+    #[test]
+    fn bad_specs_are_refused_before_starting_anything() {
+        let mut s = LaunchSpec::new("true", Vec::<OsString>::new(), 0);
+        assert!(spawn(&s).unwrap_err().to_string().contains("at least 1"));
+        s.nproc_per_node = 1;
+        s.nnodes = 2;
+        s.node_rank = 2;
+        assert!(spawn(&s).unwrap_err().to_string().contains("out of range"));
+        s.node_rank = 1;
+        let e = spawn(&s).unwrap_err().to_string();
+        assert!(e.contains("same job token"), "{e}");
+    }
+
+    #[test]
+    fn missing_program_is_an_error_not_a_report() {
+        let s = LaunchSpec::new("/nonexistent/ringside-test-program", ["x"], 2);
+        let e = spawn(&s).unwrap_err().to_string();
+        assert!(e.contains("cannot start rank 0"), "{e}");
+    }
+
+    #[test]
+    fn ranks_get_the_environment_and_results_come_back() {
+        let s = LaunchSpec::new(
+            "sh",
+            [
+                "-c",
+                "test \"$WORLD_SIZE\" = 2 && test -n \"$RINGSIDE_JOB_TOKEN\" \
+                 && echo \"hello from $RANK\" >&2 \
+                 && if [ \"$RANK\" = 1 ]; then sleep 0.3; exit 4; fi",
+            ],
+            2,
+        );
+        let r = spawn(&s).unwrap();
+        assert_eq!(r.ranks[0].exit, Exit::Code(0));
+        assert_eq!(r.ranks[0].stderr_tail, vec!["hello from 0".to_string()]);
+        assert_eq!(r.exit_code(), 4);
+        assert_eq!(r.failure().map(|f| f.rank), Some(1));
+    }
+}

@@ -26,6 +26,7 @@
 #![deny(missing_docs)]
 
 pub mod algorithms;
+pub mod bench;
 pub mod backends;
 pub mod buffer;
 pub mod conformance;
