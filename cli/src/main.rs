@@ -1,7 +1,11 @@
 //! `ringside`: the workbench's command line. Each subcommand lives in its own
 //! module; this file only parses and dispatches.
 
+mod conformance_cmd;
+mod job;
 mod launch_cmd;
+mod sweep;
+mod tour;
 
 use clap::{Parser, Subcommand};
 
@@ -17,12 +21,21 @@ struct Cli {
 enum Command {
     /// Start N local ranks of a program, like torchrun (exits with the job's code).
     Launch(launch_cmd::LaunchArgs),
+    /// The main job: check every collective on local ranks and sweep all_reduce sizes.
+    Tour(tour::TourArgs),
+    /// Time all_reduce across message sizes (nccl-tests flags and timing rule).
+    Sweep(sweep::SweepArgs),
+    /// Run the conformance suite on this job's ranks (any launcher).
+    Conformance(conformance_cmd::ConformanceArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Launch(args) => launch_cmd::run(args)?,
+        Command::Tour(args) => tour::run(args)?,
+        Command::Sweep(args) => sweep::run(args)?,
+        Command::Conformance(args) => conformance_cmd::run(args)?,
     };
     std::process::exit(code)
 }

@@ -1,3 +1,125 @@
-//! Backends behind [`crate::Communicator`].
+//! Backends behind [`crate::Communicator`], chosen at run time by name.
 
 pub mod reference;
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use crate::algorithms::Algo;
+use crate::error::{Error, Result};
+use crate::rendezvous::KeyValue;
+use crate::transport::shm::ShmTransport;
+use crate::transport::tcp::TcpTransport;
+use crate::transport::{Transport, TransportKind, TransportOptions};
+use crate::{Backend, Communicator};
+use reference::ReferenceComm;
+
+/// How to build a communicator.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Reference backend: which transport (`Auto` = shared memory when every
+    /// rank is on this host).
+    pub transport: TransportKind,
+    /// Reference backend: all_reduce algorithm (`Auto` = by size).
+    pub algo: Algo,
+    /// Bound on every wait.
+    pub timeout: Duration,
+    /// The job token (from the launcher), checked on every connection.
+    pub token: [u8; 16],
+    /// TCP: the local address to listen on and advertise.
+    pub listen_ip: IpAddr,
+    /// Store key prefix, so several communicators can share one store.
+    pub prefix: String,
+}
+
+impl Options {
+    /// Defaults: auto transport and algorithm, `RINGSIDE_TIMEOUT` seconds (300 if
+    /// unset), loopback listening.
+    pub fn new(token: [u8; 16]) -> Result<Options> {
+        let timeout = match std::env::var("RINGSIDE_TIMEOUT") {
+            Ok(s) => Duration::from_secs_f64(s.parse::<f64>().map_err(|_| {
+                Error::InvalidArgument(format!("RINGSIDE_TIMEOUT={s:?} is not a number of seconds"))
+            })?),
+            Err(_) => Duration::from_secs(300),
+        };
+        let transport = match std::env::var("RINGSIDE_TRANSPORT") {
+            Ok(s) => TransportKind::parse(&s).ok_or_else(|| {
+                Error::InvalidArgument(format!("RINGSIDE_TRANSPORT={s:?}: expected auto, tcp or shm"))
+            })?,
+            Err(_) => TransportKind::Auto,
+        };
+        Ok(Options {
+            transport,
+            algo: Algo::from_env()?,
+            timeout,
+            token,
+            listen_ip: IpAddr::from([127, 0, 0, 1]),
+            prefix: String::new(),
+        })
+    }
+}
+
+/// Connects a communicator of `backend` among `world` ranks that share `store`.
+pub fn connect(
+    backend: Backend,
+    store: &dyn KeyValue,
+    rank: usize,
+    world: usize,
+    opts: &Options,
+) -> Result<Box<dyn Communicator>> {
+    match backend {
+        Backend::Reference => Ok(Box::new(reference(store, rank, world, opts)?)),
+        other => Err(Error::Unsupported {
+            backend: other,
+            what: "collectives in this build yet: only the reference backend is available".into(),
+        }),
+    }
+}
+
+/// Connects the reference backend, resolving `TransportKind::Auto`.
+pub fn reference(store: &dyn KeyValue, rank: usize, world: usize, opts: &Options) -> Result<ReferenceComm> {
+    let topts = TransportOptions {
+        timeout: opts.timeout,
+        prefix: opts.prefix.clone(),
+        token: opts.token,
+        listen_ip: opts.listen_ip,
+    };
+    let kind = match opts.transport {
+        TransportKind::Auto if all_on_this_host(store, rank, world, &opts.prefix)? => TransportKind::Shm,
+        TransportKind::Auto => TransportKind::Tcp,
+        k => k,
+    };
+    let (t, name): (Box<dyn Transport>, _) = match kind {
+        TransportKind::Shm => (Box::new(ShmTransport::connect(store, rank, world, &topts)?), "shm"),
+        _ => (Box::new(TcpTransport::connect(store, rank, world, &topts)?), "tcp"),
+    };
+    Ok(ReferenceComm::new(t, opts.algo, name))
+}
+
+/// Whether every rank runs on this host (same hostname and boot id).
+fn all_on_this_host(store: &dyn KeyValue, rank: usize, world: usize, prefix: &str) -> Result<bool> {
+    let me = host_identity();
+    store.set(&format!("{prefix}host/{rank}"), me.as_bytes())?;
+    for r in 0..world {
+        if store.get(&format!("{prefix}host/{r}"))? != me.as_bytes() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Hostname plus kernel boot id: two containers sharing a hostname are still
+/// told apart.
+fn host_identity() -> String {
+    let mut name = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates or truncates.
+    let rc = unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) };
+    let host = if rc == 0 {
+        let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        String::from_utf8_lossy(&name[..end]).into_owned()
+    } else {
+        String::from("?")
+    };
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    format!("{host}/{}", boot.trim())
+}

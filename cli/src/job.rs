@@ -1,0 +1,112 @@
+//! Shared start-up for subcommands that run as ranks: spawn local ranks (or join
+//! a launcher's job), rendezvous, and build communicators.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use collectives::algorithms::Algo;
+use collectives::backends::{self, Options};
+use collectives::launch::{self, Role};
+use collectives::rendezvous::env::{self, Rendezvous};
+use collectives::transport::TransportKind;
+use collectives::{Backend, Communicator};
+
+/// Either this process launched the ranks (and they are done), or it is one.
+pub enum Start {
+    /// We were the launcher; the job ended with this exit code.
+    Done(i32),
+    /// We are a rank, connected to the job's store.
+    Rank(Box<Rendezvous>),
+}
+
+/// Spawns `nproc` local ranks of this program, or joins the job the
+/// environment describes (torchrun, mpirun, srun, `ringside launch`).
+pub fn start(nproc: usize, timeout: Duration) -> anyhow::Result<Start> {
+    launch::install_interrupt_handler()?;
+    match launch::init(Some(nproc))? {
+        Role::Launcher(report) => Ok(Start::Done(report.exit_code())),
+        Role::Rank(info) => {
+            let rdv = env::connect(&info, timeout).context("rendezvous with the other ranks")?;
+            Ok(Start::Rank(Box::new(rdv)))
+        }
+    }
+}
+
+/// Builds a communicator; `prefix` keeps store keys of several communicators apart.
+pub fn communicator(
+    rdv: &Rendezvous,
+    backend: Backend,
+    transport: TransportKind,
+    algo: Algo,
+    timeout: Duration,
+    prefix: &str,
+) -> anyhow::Result<Box<dyn Communicator>> {
+    let mut opts = Options::new(rdv.info.token.bytes())?;
+    opts.transport = transport;
+    opts.algo = algo;
+    opts.timeout = timeout;
+    opts.prefix = prefix.to_owned();
+    if !is_loopback(&rdv.info.master_addr) {
+        opts.listen_ip = std::net::IpAddr::from([0, 0, 0, 0]);
+    }
+    backends::connect(
+        backend,
+        rdv.store(),
+        rdv.info.rank,
+        rdv.info.world_size,
+        &opts,
+    )
+    .with_context(|| {
+        format!(
+            "connecting the {backend} backend ({} transport)",
+            transport.name()
+        )
+    })
+}
+
+fn is_loopback(addr: &str) -> bool {
+    addr == "localhost"
+        || addr
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Parses `8`, `4K`, `1M`, `64MiB`, `1G` into bytes (powers of 1024, as nccl-tests).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim().to_ascii_uppercase();
+    let t = t.trim_end_matches("IB").trim_end_matches('B');
+    let (num, mul) = match t.chars().last() {
+        Some('K') => (&t[..t.len() - 1], 1usize << 10),
+        Some('M') => (&t[..t.len() - 1], 1 << 20),
+        Some('G') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    num.parse::<usize>()
+        .map(|n| n * mul)
+        .map_err(|_| format!("{s:?} is not a size (examples: 8, 4K, 1M, 64MiB)"))
+}
+
+/// Formats bytes the way nccl-tests' size column reads best for people.
+pub fn human(bytes: usize) -> String {
+    match bytes {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{}G", b >> 30),
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}K", b >> 10),
+        b => format!("{b}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_and_print() {
+        assert_eq!(parse_size("8"), Ok(8));
+        assert_eq!(parse_size("4K"), Ok(4096));
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert!(parse_size("lots").is_err());
+        assert_eq!(human(64 << 20), "64M");
+        assert_eq!(human(1000), "1000");
+    }
+}

@@ -1,0 +1,145 @@
+//! `ringside sweep`: time all_reduce across sizes with the nccl-tests rule and
+//! print a table (or JSON lines, the format the peer programs share).
+
+use std::time::Duration;
+
+use clap::Args;
+use collectives::Backend;
+use collectives::algorithms::Algo;
+use collectives::bench::{self, Measurement};
+use collectives::transport::TransportKind;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::job::{self, Start, human, parse_size};
+
+/// Flags follow nccl-tests where they overlap.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// Local ranks to spawn (ignored under a launcher such as torchrun or mpirun).
+    #[arg(long, default_value_t = 2)]
+    pub nproc: usize,
+    /// Backend to time.
+    #[arg(long, default_value = "reference", value_parser = parse_backend)]
+    pub backend: Backend,
+    /// Reference backend transport: auto, tcp or shm.
+    #[arg(long, default_value = "auto", value_parser = parse_transport)]
+    pub transport: TransportKind,
+    /// all_reduce algorithm: auto, ring, halving-doubling, recursive-doubling, tree.
+    #[arg(long, default_value = "auto", value_parser = parse_algo)]
+    pub algo: Algo,
+    /// Smallest message (bytes; K/M/G suffixes).
+    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = parse_size)]
+    pub min_bytes: usize,
+    /// Largest message.
+    #[arg(short = 'e', long = "maxbytes", default_value = "64M", value_parser = parse_size)]
+    pub max_bytes: usize,
+    /// Multiply the size by this each step.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 4)]
+    pub factor: usize,
+    /// Timed iterations per size.
+    #[arg(short = 'n', long = "iters", default_value_t = 50)]
+    pub iters: usize,
+    /// Warm-up iterations per size.
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
+    pub warmup: usize,
+    /// Print one JSON object per size instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Seconds any single wait may take.
+    #[arg(long, default_value_t = 120.0)]
+    pub timeout: f64,
+}
+
+pub fn parse_backend(s: &str) -> Result<Backend, String> {
+    Backend::parse(s).ok_or_else(|| format!("unknown backend {s:?} (reference, gloo, mpi, nccl)"))
+}
+pub fn parse_transport(s: &str) -> Result<TransportKind, String> {
+    TransportKind::parse(s).ok_or_else(|| format!("unknown transport {s:?} (auto, tcp, shm)"))
+}
+pub fn parse_algo(s: &str) -> Result<Algo, String> {
+    Algo::parse(s).ok_or_else(|| {
+        format!("unknown algorithm {s:?} (auto, ring, halving-doubling, recursive-doubling, tree)")
+    })
+}
+
+/// The table header nccl-tests users expect.
+pub fn table_header() -> String {
+    format!(
+        "{:>10} {:>12} {:>6} {:>11} {:>11} {:>11} {:>9} {:>9} {:>7}",
+        "size(B)", "count", "type", "min(us)", "median(us)", "max(us)", "algbw", "busbw", "#wrong"
+    )
+}
+
+/// One table row.
+pub fn table_row(m: &Measurement) -> String {
+    format!(
+        "{:>10} {:>12} {:>6} {:>11.2} {:>11.2} {:>11.2} {:>9.3} {:>9.3} {:>7}",
+        m.bytes,
+        m.bytes / m.dtype.size(),
+        m.dtype.name(),
+        m.min_us,
+        m.median_us,
+        m.max_us,
+        m.algbw_gbps(),
+        m.busbw_gbps(),
+        m.wrong
+    )
+}
+
+pub fn run(args: SweepArgs) -> anyhow::Result<i32> {
+    let timeout = Duration::try_from_secs_f64(args.timeout)?;
+    let rdv = match job::start(args.nproc, timeout)? {
+        Start::Done(code) => return Ok(code),
+        Start::Rank(r) => r,
+    };
+    let comm = job::communicator(
+        &rdv,
+        args.backend,
+        args.transport,
+        args.algo,
+        timeout,
+        "sweep/",
+    )?;
+    let lead = comm.rank() == 0;
+    let name = match (args.backend, args.algo) {
+        (Backend::Reference, Algo::Auto) => format!("ringside-{}", args.transport.name()),
+        (Backend::Reference, a) => format!("ringside-{}-{}", args.transport.name(), a.name()),
+        (b, _) => format!("ringside-{b}"),
+    };
+    let sizes = bench::sizes(args.min_bytes.max(4), args.max_bytes, args.factor);
+    let bar = if lead && !args.json {
+        ProgressBar::new(sizes.len() as u64)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(ProgressStyle::with_template(
+        "{bar:30} {pos}/{len} sizes {msg}",
+    )?);
+    if lead && !args.json {
+        println!(
+            "# {name}: all_reduce f32 sum, in place, {} ranks; time = slowest rank per iteration, min/median/max over {} iterations (GB/s = 1e9 B/s)",
+            comm.world_size(),
+            args.iters
+        );
+        println!("{}", table_header());
+    }
+    let mut wrong = 0;
+    for &bytes in &sizes {
+        bar.set_message(human(bytes));
+        let m = bench::all_reduce_f32(comm.as_ref(), bytes, args.warmup, args.iters)?;
+        wrong += m.wrong;
+        if lead {
+            bar.suspend(|| {
+                if args.json {
+                    println!("{}", m.to_json(&name));
+                } else {
+                    println!("{}", table_row(&m));
+                }
+            });
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    rdv.close(timeout)?;
+    Ok(if wrong > 0 { 1 } else { 0 })
+}
