@@ -98,7 +98,8 @@ pub struct SuiteReport {
 /// The input element `i` of `rank` for a case: small integers, signed where the
 /// type allows, 1..=3 for products so they stay exact in bf16 across 5 ranks.
 fn value(dtype: DType, op: Option<ReduceOp>, rank: usize, i: usize, salt: usize) -> i64 {
-    let h = (rank * 7 + i * 13 + salt * 5) % 9;
+    // Period PERIOD in i: 13 = 4 (mod 9) and gcd(4, 9) = 1.
+    let h = (rank * 7 + i * 13 + salt * 5) % PERIOD;
     if op == Some(ReduceOp::Prod) {
         (h % 3) as i64 + 1
     } else if dtype == DType::U8 {
@@ -106,6 +107,22 @@ fn value(dtype: DType, op: Option<ReduceOp>, rank: usize, i: usize, salt: usize)
     } else {
         h as i64 - 4
     }
+}
+
+/// Inputs repeat with this period (in elements), so big buffers are built by
+/// copying one period instead of converting every element.
+const PERIOD: usize = 9;
+
+/// Repeats `period` to `bytes` bytes.
+fn tile(period: &[u8], bytes: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes);
+    out.extend_from_slice(&period[..period.len().min(bytes)]);
+    // Doubling: log2(bytes / period) large copies instead of many small ones.
+    while out.len() < bytes {
+        let take = out.len().min(bytes - out.len());
+        out.extend_from_within(..take);
+    }
+    out
 }
 
 fn fill_typed<T: Element>(len: usize, f: impl Fn(usize) -> i64) -> Vec<u8> {
@@ -182,23 +199,29 @@ impl Case {
 
     /// Rank `rank`'s input of `len` elements.
     fn input(&self, rank: usize, len: usize) -> Vec<u8> {
-        fill(self.dtype, len, |i| {
+        tile(&self.period(rank), len * self.dtype.size())
+    }
+
+    /// One period of rank `rank`'s input ([`value`] repeats every [`PERIOD`] elements).
+    fn period(&self, rank: usize) -> Vec<u8> {
+        fill(self.dtype, PERIOD, |i| {
             value(self.dtype, self.op, rank, i, self.salt)
         })
     }
 
-    /// The element-wise reduction of every rank's input, sequentially in rank order.
+    /// The element-wise reduction of every rank's input, sequentially in rank
+    /// order: computed on one period, which is all it takes for periodic inputs.
     fn reduced(&self, world: usize, len: usize) -> Vec<u8> {
         let op = self.op.unwrap_or(ReduceOp::Sum);
-        let mut acc = Aligned::from(&self.input(0, len));
+        let mut acc = Aligned::from(&self.period(0));
         for r in 1..world {
-            let x = Aligned::from(&self.input(r, len));
+            let x = Aligned::from(&self.period(r));
             reduce_into(self.dtype, op, acc.bytes_mut(), x.bytes());
         }
         if op == ReduceOp::Avg {
             finish_avg(self.dtype, acc.bytes_mut(), world);
         }
-        acc.bytes().to_vec()
+        tile(acc.bytes(), len * self.dtype.size())
     }
 }
 

@@ -117,6 +117,15 @@ impl ReferenceComm {
         }
     }
 
+    /// Forces an all_reduce algorithm for later calls (`Auto` picks by size).
+    /// Every rank must make the same choice: algorithms exchange different
+    /// messages, and the tags would not match.
+    pub fn set_algo(&self, algo: Algo) {
+        if let Ok(mut g) = self.inner.lock() {
+            g.algo = algo;
+        }
+    }
+
     /// The transport in use (`tcp` or `shm`).
     pub fn transport(&self) -> &'static str {
         self.transport_name
