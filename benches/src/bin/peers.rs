@@ -1,0 +1,484 @@
+//! `peers`: runs ringside's all_reduce and the real libraries (OpenMPI over
+//! shared memory, Gloo over TCP) with one timing rule, in one run, and prints
+//! per-size latency/busbw plus the ratios the project's targets ask for.
+//!
+//! ```text
+//! cargo build --release -p ringside -p ringside-benches
+//! cargo run --release -p ringside-benches --bin peers -- --world 2 --json results.jsonl
+//! ```
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use ringside_benches::report::{self, Results};
+use ringside_benches::sizes::{format_size, parse_size};
+use ringside_benches::{Impl, Sweep, child};
+
+/// Compare ringside's all_reduce with OpenMPI and Gloo, in the same run.
+///
+/// Every implementation sweeps f32-sum all_reduce over sizes -b..-e (times
+/// -f), warms up -w iterations, then times -n iterations of
+/// {barrier; t0; all_reduce; t1}; the time per iteration is the slowest
+/// rank's, and the table shows the median. Results are checked (integer
+/// inputs, exact sums): any wrong element or failed process makes the exit
+/// status non-zero.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Number of ranks (processes) per implementation.
+    #[arg(long, default_value_t = 2)]
+    world: usize,
+    /// Smallest message (bytes; K/M/G suffixes are powers of 1024).
+    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = size_arg)]
+    min_bytes: u64,
+    /// Largest message.
+    #[arg(short = 'e', long = "maxbytes", default_value = "64M", value_parser = size_arg)]
+    max_bytes: u64,
+    /// Size multiplier between steps. The default 2 hits every size the
+    /// targets name (4 KiB, 1, 4, 64 MiB); 4 from 8 B would skip them.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
+    factor: u64,
+    /// Timed iterations per size.
+    #[arg(short = 'n', long, default_value_t = 50)]
+    iters: u32,
+    /// Warm-up iterations per size (not timed).
+    #[arg(short = 'w', long, default_value_t = 5)]
+    warmup: u32,
+    /// Implementations to run, comma-separated: mpi, gloo-ring,
+    /// gloo-ring-chunked, gloo-halving-doubling, gloo-allreduce,
+    /// ringside-shm, ringside-tcp.
+    #[arg(
+        long = "impl",
+        default_value = "mpi,gloo-ring,ringside-shm,ringside-tcp"
+    )]
+    impls: String,
+    /// Write every result record here, one JSON object per line.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// The ringside binary (default: `ringside` next to this program).
+    #[arg(long)]
+    ringside: Option<PathBuf>,
+    /// The MPI peer (default: the one build.rs compiled).
+    #[arg(long)]
+    mpi_peer: Option<PathBuf>,
+    /// The Gloo peer (default: the one build.rs compiled).
+    #[arg(long)]
+    gloo_peer: Option<PathBuf>,
+    /// The mpirun to use.
+    #[arg(long, default_value = "mpirun")]
+    mpirun: PathBuf,
+    /// Extra argument for mpirun (repeatable), e.g. `--mpirun-arg=--bind-to --mpirun-arg=none`.
+    #[arg(long = "mpirun-arg", allow_hyphen_values = true)]
+    mpirun_args: Vec<String>,
+    /// Seconds one implementation's whole sweep may take before it is killed.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+    /// Exit non-zero also when a target is missed or could not be measured.
+    #[arg(long)]
+    require_targets: bool,
+    /// Print the commands that would run, and stop.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+fn size_arg(s: &str) -> Result<u64, String> {
+    parse_size(s).map_err(|e| e.to_string())
+}
+
+/// One implementation, ready to launch or explained away.
+enum Plan {
+    Run(Vec<Command>, Option<tempfile::TempDir>),
+    Unavailable(String),
+}
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn real_main() -> Result<ExitCode> {
+    let args = Args::parse();
+    let sweep = Sweep {
+        min_bytes: args.min_bytes,
+        max_bytes: args.max_bytes,
+        factor: args.factor,
+        iters: args.iters,
+        warmup: args.warmup,
+    };
+    sweep.validate()?;
+    if args.world < 2 {
+        bail!("--world must be at least 2 (got {})", args.world);
+    }
+    if args.timeout == 0 {
+        bail!("--timeout must be at least 1 second");
+    }
+    let impls = Impl::parse_list(&args.impls)?;
+    let sizes = sweep.sizes();
+    // Children run in their own process groups (so a timeout can kill all
+    // they spawned); that also keeps Ctrl-C from reaching them, so pass it on.
+    ctrlc::set_handler(|| {
+        child::terminate_running();
+        eprintln!("interrupted: stopped the running benchmark");
+        std::process::exit(130);
+    })
+    .context("installing the Ctrl-C handler")?;
+
+    let mut plans = Vec::new();
+    for &imp in &impls {
+        plans.push((imp, plan(imp, &args, &sweep)?));
+    }
+
+    if args.dry_run {
+        for (imp, p) in &plans {
+            match p {
+                Plan::Run(cmds, _) => {
+                    for c in cmds {
+                        println!("{imp}: {}", show_command(c));
+                    }
+                }
+                Plan::Unavailable(why) => println!("{imp}: peer unavailable: {why}"),
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    let runnable = plans
+        .iter()
+        .filter(|(_, p)| matches!(p, Plan::Run(..)))
+        .count();
+    let bar = ProgressBar::new((runnable * sizes.len()) as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+
+    let mut results = Results::new();
+    let mut problems: Vec<String> = Vec::new();
+    let mut skipped: Vec<String> = Vec::new();
+    for (imp, p) in plans {
+        let (cmds, store_dir) = match p {
+            Plan::Run(cmds, dir) => (cmds, dir),
+            Plan::Unavailable(why) => {
+                bar.suspend(|| eprintln!("{imp}: peer unavailable: {why}"));
+                skipped.push(format!("{imp}: peer unavailable: {why}"));
+                continue;
+            }
+        };
+        bar.set_message(format!("{imp} (world {})", args.world));
+        let out = child::run(cmds, Duration::from_secs(args.timeout), |rec| {
+            bar.set_message(format!(
+                "{imp} (world {}) {} done",
+                args.world,
+                format_size(rec.bytes)
+            ));
+            bar.inc(1);
+        });
+        // The FileStore directory must outlive the run; drop it now.
+        drop(store_dir);
+
+        let mut seen = BTreeSet::new();
+        for rec in out.records {
+            for p in rec.problems() {
+                problems.push(format!("{imp} {}: {p}", format_size(rec.bytes)));
+            }
+            if rec.world != args.world {
+                problems.push(format!(
+                    "{imp} {}: ran with world {}, asked for {}",
+                    format_size(rec.bytes),
+                    rec.world,
+                    args.world
+                ));
+            }
+            seen.insert(rec.bytes);
+            results.insert(imp, rec);
+        }
+        let missing: Vec<String> = sizes
+            .iter()
+            .filter(|b| !seen.contains(b))
+            .map(|&b| format_size(b))
+            .collect();
+        if let Some(why) = &out.failure {
+            let mut msg = format!("{imp}: {why}");
+            if !out.tail.is_empty() {
+                msg.push_str("\n    ");
+                msg.push_str(&out.tail.join("\n    "));
+            }
+            problems.push(msg);
+        } else if !missing.is_empty() {
+            problems.push(format!(
+                "{imp}: exited cleanly but reported no result for {}",
+                missing.join(", ")
+            ));
+        }
+        // suspend + eprintln rather than println: shown even when stderr is
+        // not a terminal (println on a hidden bar prints nothing).
+        let failed = if out.failure.is_some() {
+            " (FAILED)"
+        } else {
+            ""
+        };
+        bar.suspend(|| {
+            eprintln!(
+                "{imp}: {} sizes in {:.1}s{failed}",
+                seen.len(),
+                out.elapsed.as_secs_f64()
+            )
+        });
+    }
+    bar.finish_and_clear();
+
+    if let Some(path) = &args.json {
+        write_json(path, &results)?;
+        eprintln!("wrote {} records to {}", results.len(), path.display());
+    }
+
+    println!(
+        "all_reduce f32 sum, world {}, {} iters (+{} warm-up) per size; \
+         time = slowest rank per iteration, median over iterations",
+        args.world, args.iters, args.warmup
+    );
+    println!();
+    print!("{}", report::results_table(&results, &impls, &sizes));
+
+    let (cells, summary) = report::ratios(&results, &impls, args.world, &sizes);
+    let table = report::ratio_table(&cells, &sizes);
+    let compared = report::TARGETS
+        .iter()
+        .any(|t| impls.contains(&t.ours) && impls.contains(&t.theirs));
+    if compared {
+        println!();
+        if !table.is_empty() {
+            println!(
+                "ratios ringside / library (ok/MISS: a target at this size; bare: for information)"
+            );
+            print!("{table}");
+            println!();
+        }
+        for t in report::TARGETS {
+            if impls.contains(&t.ours) && impls.contains(&t.theirs) {
+                println!("target: {}", t.describe());
+            }
+        }
+        println!(
+            "targets: {} met, {} missed, {} not measured",
+            summary.pass,
+            summary.miss.len(),
+            summary.unmeasured.len()
+        );
+        for (name, bytes, v) in &summary.miss {
+            println!("  missed {name} at {}: {v:.2}", format_size(*bytes));
+        }
+        for (name, bytes) in &summary.unmeasured {
+            println!("  not measured {name} at {}", format_size(*bytes));
+        }
+    }
+    for s in &skipped {
+        println!("skipped {s}");
+    }
+    if !problems.is_empty() {
+        println!();
+        println!("PROBLEMS:");
+        for p in &problems {
+            println!("  {p}");
+        }
+        return Ok(ExitCode::FAILURE);
+    }
+    if args.require_targets && (!summary.all_met() || !skipped.is_empty()) {
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The flags every implementation takes, as plain byte counts.
+fn sweep_flags(sweep: &Sweep) -> Vec<String> {
+    vec![
+        "-b".into(),
+        sweep.min_bytes.to_string(),
+        "-e".into(),
+        sweep.max_bytes.to_string(),
+        "-f".into(),
+        sweep.factor.to_string(),
+        "-n".into(),
+        sweep.iters.to_string(),
+        "-w".into(),
+        sweep.warmup.to_string(),
+    ]
+}
+
+fn plan(imp: Impl, args: &Args, sweep: &Sweep) -> Result<Plan> {
+    if imp == Impl::Mpi {
+        return Ok(plan_mpi(args, sweep));
+    }
+    if let Some(algo) = imp.gloo_algorithm() {
+        return plan_gloo(algo, args, sweep);
+    }
+    if let Some(transport) = imp.ringside_transport() {
+        return Ok(plan_ringside(transport, args, sweep));
+    }
+    bail!("no launcher for {imp}")
+}
+
+/// A peer path: the flag if given, else what build.rs compiled.
+fn peer_path(flag: &Option<PathBuf>, built: &str, why: &str) -> Result<PathBuf, String> {
+    let path = match flag {
+        Some(p) => p.clone(),
+        None if built.is_empty() => {
+            return Err(if why.is_empty() {
+                "not built".into()
+            } else {
+                why.to_string()
+            });
+        }
+        None => PathBuf::from(built),
+    };
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "{} does not exist (rebuild ringside-benches)",
+            path.display()
+        ))
+    }
+}
+
+fn plan_mpi(args: &Args, sweep: &Sweep) -> Plan {
+    let peer = match peer_path(
+        &args.mpi_peer,
+        env!("RINGSIDE_MPI_PEER"),
+        env!("RINGSIDE_MPI_PEER_WHY"),
+    ) {
+        Ok(p) => p,
+        Err(why) => return Plan::Unavailable(why),
+    };
+    let mut cmd = Command::new(&args.mpirun);
+    // SAFETY: geteuid(2) cannot fail and touches no memory.
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.arg("--allow-run-as-root");
+    }
+    cmd.arg("--oversubscribe")
+        .arg("-np")
+        .arg(args.world.to_string())
+        .args(&args.mpirun_args)
+        .arg(peer)
+        .args(sweep_flags(sweep));
+    // Shared memory (vader) between local ranks unless the caller chose a BTL.
+    if std::env::var_os("OMPI_MCA_btl").is_none() {
+        cmd.env("OMPI_MCA_btl", "self,vader");
+    }
+    Plan::Run(vec![cmd], None)
+}
+
+fn plan_gloo(algo: &str, args: &Args, sweep: &Sweep) -> Result<Plan> {
+    let peer = match peer_path(
+        &args.gloo_peer,
+        env!("RINGSIDE_GLOO_PEER"),
+        env!("RINGSIDE_GLOO_PEER_WHY"),
+    ) {
+        Ok(p) => p,
+        Err(why) => return Ok(Plan::Unavailable(why)),
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("ringside-gloo-store-")
+        .tempdir()
+        .context("creating the Gloo FileStore directory")?;
+    let prefix = format!("peers-{}-{algo}", std::process::id());
+    let cmds = (0..args.world)
+        .map(|rank| {
+            let mut cmd = Command::new(&peer);
+            cmd.env("RANK", rank.to_string())
+                .env("WORLD_SIZE", args.world.to_string())
+                .env("LOCAL_RANK", rank.to_string())
+                .env("LOCAL_WORLD_SIZE", args.world.to_string())
+                .arg("-S")
+                .arg(dir.path())
+                .arg("-p")
+                .arg(&prefix)
+                .arg("-a")
+                .arg(algo)
+                .arg("-t")
+                .arg(args.timeout.to_string())
+                .args(sweep_flags(sweep));
+            cmd
+        })
+        .collect();
+    Ok(Plan::Run(cmds, Some(dir)))
+}
+
+fn plan_ringside(transport: &str, args: &Args, sweep: &Sweep) -> Plan {
+    let bin = match &args.ringside {
+        Some(p) => p.clone(),
+        None => match default_ringside() {
+            Some(p) => p,
+            None => {
+                return Plan::Unavailable(
+                    "no ringside binary next to this program: build it with \
+                     `cargo build --release -p ringside` or pass --ringside PATH"
+                        .into(),
+                );
+            }
+        },
+    };
+    if !bin.is_file() {
+        return Plan::Unavailable(format!(
+            "{} does not exist: build it with `cargo build --release -p ringside`",
+            bin.display()
+        ));
+    }
+    let mut cmd = Command::new(bin);
+    cmd.arg("sweep")
+        .arg("--nproc")
+        .arg(args.world.to_string())
+        .arg("--transport")
+        .arg(transport)
+        .args(sweep_flags(sweep))
+        .arg("--json");
+    Plan::Run(vec![cmd], None)
+}
+
+/// `ringside` in the same directory as this executable (target/<profile>/).
+fn default_ringside() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let p = exe.parent()?.join("ringside");
+    p.is_file().then_some(p)
+}
+
+fn show_command(c: &Command) -> String {
+    let mut s = String::new();
+    for (k, v) in c.get_envs() {
+        if let Some(v) = v {
+            s.push_str(&format!("{}={} ", k.to_string_lossy(), v.to_string_lossy()));
+        }
+    }
+    s.push_str(&c.get_program().to_string_lossy());
+    for a in c.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+fn write_json(path: &Path, results: &Results) -> Result<()> {
+    let f = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut w = BufWriter::new(f);
+    for rec in results.iter() {
+        serde_json::to_writer(&mut w, rec)?;
+        w.write_all(b"\n")?;
+    }
+    w.flush()
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}

@@ -1,0 +1,322 @@
+//! Running one benchmark job (one or more processes) with a deadline,
+//! streaming result records as they arrive.
+//!
+//! Every process gets its own process group, so a timeout or a failed rank
+//! takes down whatever it spawned too (mpirun's ranks, ringside's workers)
+//! instead of leaving a rank blocked in a collective forever.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::record::{Record, parse_line};
+
+/// Lines of non-record output kept per job for error reports.
+const TAIL_LINES: usize = 30;
+/// How long a process may take to exit after SIGTERM before SIGKILL.
+const TERM_GRACE: Duration = Duration::from_secs(3);
+/// How often exit status and the deadline are checked.
+const POLL: Duration = Duration::from_millis(25);
+
+/// How a job ended.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Records parsed from the processes' stdout, in arrival order.
+    pub records: Vec<Record>,
+    /// Why the job failed (non-zero exit, timeout, spawn error, malformed
+    /// record); `None` if every process exited 0.
+    pub failure: Option<String>,
+    /// The last lines of other output (stderr and non-record stdout), each
+    /// prefixed with the process index, for showing alongside a failure.
+    pub tail: Vec<String>,
+    /// Wall time of the job.
+    pub elapsed: Duration,
+}
+
+/// Process groups of the jobs running now, for [`terminate_running`].
+static RUNNING: Mutex<Vec<libc::pid_t>> = Mutex::new(Vec::new());
+
+fn running() -> std::sync::MutexGuard<'static, Vec<libc::pid_t>> {
+    // A poisoned lock only means a panic elsewhere; the pid list is still valid.
+    RUNNING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// SIGKILLs the process groups of every job [`run`] is currently waiting
+/// on. For a Ctrl-C handler: the children live in their own process groups,
+/// so the terminal's SIGINT does not reach them.
+pub fn terminate_running() {
+    for pgid in running().drain(..) {
+        // SAFETY: kill(2) has no memory-safety preconditions; -pgid addresses
+        // only a group this module created.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+}
+
+enum Msg {
+    Stdout(usize, String),
+    Stderr(usize, String),
+}
+
+/// Spawns every command (stdin closed, stdout/stderr captured, each in a new
+/// process group), calls `on_record` for each record as it arrives, and waits
+/// until all exit or `timeout` passes. A process that fails (or the timeout)
+/// terminates the rest, so ranks waiting on a dead peer do not sit until
+/// their own timeouts.
+pub fn run(
+    commands: Vec<Command>,
+    timeout: Duration,
+    mut on_record: impl FnMut(&Record),
+) -> Outcome {
+    let start = Instant::now();
+    let deadline = start + timeout;
+    let (tx, rx) = mpsc::channel::<Msg>();
+    let mut children: Vec<Child> = Vec::new();
+    let mut failure: Option<String> = None;
+
+    for (i, mut cmd) in commands.into_iter().enumerate() {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        match cmd.spawn() {
+            Ok(mut child) => {
+                if let Some(out) = child.stdout.take() {
+                    spawn_reader(out, tx.clone(), move |l| Msg::Stdout(i, l));
+                }
+                if let Some(err) = child.stderr.take() {
+                    spawn_reader(err, tx.clone(), move |l| Msg::Stderr(i, l));
+                }
+                if let Ok(pgid) = libc::pid_t::try_from(child.id()) {
+                    running().push(pgid);
+                }
+                children.push(child);
+            }
+            Err(e) => {
+                failure = Some(format!("cannot start {:?}: {e}", cmd.get_program()));
+                break;
+            }
+        }
+    }
+    // Only the reader threads hold senders now: the channel disconnects once
+    // every pipe is closed.
+    drop(tx);
+
+    let mut records = Vec::new();
+    let mut tail: VecDeque<String> = VecDeque::new();
+    let mut statuses: Vec<Option<ExitStatus>> = vec![None; children.len()];
+    let mut handle = |msg: Msg,
+                      records: &mut Vec<Record>,
+                      tail: &mut VecDeque<String>,
+                      failure: &mut Option<String>| {
+        let (i, line, is_stdout) = match msg {
+            Msg::Stdout(i, l) => (i, l, true),
+            Msg::Stderr(i, l) => (i, l, false),
+        };
+        if is_stdout {
+            match parse_line(&line) {
+                Ok(Some(rec)) => {
+                    on_record(&rec);
+                    records.push(rec);
+                    return;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    failure.get_or_insert_with(|| format!("process {i}: {e}"));
+                }
+            }
+        }
+        if tail.len() == TAIL_LINES {
+            tail.pop_front();
+        }
+        tail.push_back(format!("[{i}] {line}"));
+    };
+
+    if failure.is_some() {
+        terminate(&mut children);
+    }
+    loop {
+        match rx.recv_timeout(POLL) {
+            Ok(msg) => handle(msg, &mut records, &mut tail, &mut failure),
+            Err(RecvTimeoutError::Timeout) => {}
+            // All pipes closed; exit statuses are collected below.
+            Err(RecvTimeoutError::Disconnected) => {}
+        }
+        for (i, child) in children.iter_mut().enumerate() {
+            if statuses[i].is_none() {
+                match child.try_wait() {
+                    Ok(Some(status)) => {
+                        statuses[i] = Some(status);
+                        if !status.success() && failure.is_none() {
+                            failure = Some(format!("process {i} exited with {status}"));
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        failure.get_or_insert_with(|| format!("process {i}: wait failed: {e}"));
+                    }
+                }
+            }
+        }
+        if statuses.iter().all(Option::is_some) {
+            break;
+        }
+        if failure.is_some() {
+            terminate(&mut children);
+            break;
+        }
+        if Instant::now() >= deadline {
+            failure = Some(format!("timed out after {}s", timeout.as_secs()));
+            terminate(&mut children);
+            break;
+        }
+    }
+    // Drain what the readers still hold. Bounded: a grandchild that keeps a
+    // pipe open (e.g. an orphaned rank) must not keep us here.
+    let drain_until = Instant::now() + Duration::from_millis(500);
+    while let Some(left) = drain_until.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(msg) => handle(msg, &mut records, &mut tail, &mut failure),
+            Err(_) => break,
+        }
+    }
+    let ours: Vec<u32> = children.iter().map(Child::id).collect();
+    running().retain(|p| !ours.iter().any(|&o| libc::pid_t::try_from(o) == Ok(*p)));
+    Outcome {
+        records,
+        failure,
+        tail: tail.into(),
+        elapsed: start.elapsed(),
+    }
+}
+
+fn spawn_reader<R: Read + Send + 'static>(
+    pipe: R,
+    tx: mpsc::Sender<Msg>,
+    wrap: impl Fn(String) -> Msg + Send + 'static,
+) {
+    thread::spawn(move || {
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(wrap(line)).is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// SIGTERM every child's process group (mpirun forwards it to its ranks),
+/// then SIGKILL whatever is left after a grace period, and reap.
+fn terminate(children: &mut [Child]) {
+    signal_groups(children, libc::SIGTERM);
+    let until = Instant::now() + TERM_GRACE;
+    while Instant::now() < until {
+        if children
+            .iter_mut()
+            .all(|c| matches!(c.try_wait(), Ok(Some(_))))
+        {
+            // Members of the groups other than the leaders may remain.
+            signal_groups(children, libc::SIGKILL);
+            return;
+        }
+        thread::sleep(POLL);
+    }
+    signal_groups(children, libc::SIGKILL);
+    for c in children.iter_mut() {
+        let _ = c.wait();
+    }
+}
+
+fn signal_groups(children: &[Child], signal: libc::c_int) {
+    for c in children {
+        let Ok(pgid) = libc::pid_t::try_from(c.id()) else {
+            continue;
+        };
+        // SAFETY: kill(2) has no memory-safety preconditions. Each child was
+        // spawned with process_group(0), so its pid is its group id and -pgid
+        // addresses only that child and what it spawned. Errors (ESRCH: the
+        // group is already gone) are fine to ignore.
+        unsafe {
+            libc::kill(-pgid, signal);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> Command {
+        let mut c = Command::new("sh");
+        c.arg("-c").arg(script);
+        c
+    }
+
+    const LINE: &str = r#"{"impl":"x","collective":"all_reduce","world":2,"bytes":8,"dtype":"float","iters":1,"min_us":1,"median_us":1,"max_us":1,"algbw_gbps":0.008,"busbw_gbps":0.008,"wrong":0}"#;
+
+    #[test]
+    fn collects_records_and_tail() {
+        let mut seen = 0;
+        let out = run(
+            vec![sh(&format!("echo hello; echo '{LINE}'; echo oops >&2"))],
+            Duration::from_secs(10),
+            |_| seen += 1,
+        );
+        assert!(out.failure.is_none(), "{:?}", out.failure);
+        assert_eq!(out.records.len(), 1);
+        assert_eq!(seen, 1);
+        assert!(out.tail.iter().any(|l| l == "[0] hello"), "{:?}", out.tail);
+        assert!(out.tail.iter().any(|l| l == "[0] oops"), "{:?}", out.tail);
+    }
+
+    #[test]
+    fn timeout_kills_the_whole_group() {
+        // The grandchild `sleep` holds the stdout pipe open: run must still return.
+        let out = run(
+            vec![sh("sleep 30 & sleep 30")],
+            Duration::from_millis(300),
+            |_| {},
+        );
+        assert!(out.failure.unwrap().contains("timed out"));
+        assert!(out.elapsed < Duration::from_secs(6), "{:?}", out.elapsed);
+    }
+
+    #[test]
+    fn a_failed_process_stops_its_peers() {
+        let out = run(
+            vec![sh("sleep 30"), sh("exit 3")],
+            Duration::from_secs(20),
+            |_| {},
+        );
+        let why = out.failure.unwrap();
+        assert!(why.contains("process 1") && why.contains('3'), "{why}");
+        assert!(out.elapsed < Duration::from_secs(6), "{:?}", out.elapsed);
+    }
+
+    #[test]
+    fn missing_program_is_a_failure_not_a_panic() {
+        let out = run(
+            vec![Command::new("/nonexistent/ringside-peer")],
+            Duration::from_secs(5),
+            |_| {},
+        );
+        assert!(out.failure.unwrap().contains("cannot start"));
+    }
+
+    #[test]
+    fn malformed_record_fails_the_job() {
+        let bad = LINE.replace(r#""wrong":0"#, r#""wrong":-1"#);
+        let out = run(
+            vec![sh(&format!("echo '{bad}'"))],
+            Duration::from_secs(5),
+            |_| {},
+        );
+        assert!(out.failure.unwrap().contains("bad result line"));
+    }
+}

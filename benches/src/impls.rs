@@ -1,0 +1,154 @@
+//! The implementations the runner can launch, by name.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::{Error, Result};
+
+/// One all_reduce implementation the `peers` runner knows how to launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Impl {
+    /// OpenMPI `MPI_Allreduce` via `mpirun`, shared-memory BTL (vader).
+    Mpi,
+    /// `gloo::AllreduceRing` over Gloo's TCP transport.
+    GlooRing,
+    /// `gloo::AllreduceRingChunked` over TCP.
+    GlooRingChunked,
+    /// `gloo::AllreduceHalvingDoubling` over TCP.
+    GlooHalvingDoubling,
+    /// `gloo::allreduce(AllreduceOptions)` (ring), what PyTorch's
+    /// ProcessGroupGloo calls for dense CPU tensors.
+    GlooAllreduce,
+    /// `ringside sweep --transport shm`.
+    RingsideShm,
+    /// `ringside sweep --transport tcp`.
+    RingsideTcp,
+}
+
+impl Impl {
+    /// Every implementation, in table order.
+    pub const ALL: [Impl; 7] = [
+        Impl::Mpi,
+        Impl::GlooRing,
+        Impl::GlooRingChunked,
+        Impl::GlooHalvingDoubling,
+        Impl::GlooAllreduce,
+        Impl::RingsideShm,
+        Impl::RingsideTcp,
+    ];
+
+    /// The default selection: what the project's targets compare.
+    pub const DEFAULT: [Impl; 4] = [
+        Impl::Mpi,
+        Impl::GlooRing,
+        Impl::RingsideShm,
+        Impl::RingsideTcp,
+    ];
+
+    /// The name used on the command line, in tables and as the JSON `impl`
+    /// the peers print.
+    pub fn name(self) -> &'static str {
+        match self {
+            Impl::Mpi => "mpi",
+            Impl::GlooRing => "gloo-ring",
+            Impl::GlooRingChunked => "gloo-ring-chunked",
+            Impl::GlooHalvingDoubling => "gloo-halving-doubling",
+            Impl::GlooAllreduce => "gloo-allreduce",
+            Impl::RingsideShm => "ringside-shm",
+            Impl::RingsideTcp => "ringside-tcp",
+        }
+    }
+
+    /// The Gloo peer's `-a` value, for Gloo implementations.
+    pub fn gloo_algorithm(self) -> Option<&'static str> {
+        match self {
+            Impl::GlooRing => Some("ring"),
+            Impl::GlooRingChunked => Some("ring_chunked"),
+            Impl::GlooHalvingDoubling => Some("halving_doubling"),
+            Impl::GlooAllreduce => Some("allreduce"),
+            _ => None,
+        }
+    }
+
+    /// The `ringside sweep --transport` value, for ringside implementations.
+    pub fn ringside_transport(self) -> Option<&'static str> {
+        match self {
+            Impl::RingsideShm => Some("shm"),
+            Impl::RingsideTcp => Some("tcp"),
+            _ => None,
+        }
+    }
+
+    /// All names, comma-separated (for help and errors).
+    pub fn names() -> String {
+        Impl::ALL.map(Impl::name).join(",")
+    }
+
+    /// Parses a comma-separated list (`mpi,gloo-ring`), dropping repeats
+    /// but keeping the order given.
+    pub fn parse_list(list: &str) -> Result<Vec<Impl>> {
+        let mut out = Vec::new();
+        for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let imp: Impl = part.parse()?;
+            if !out.contains(&imp) {
+                out.push(imp);
+            }
+        }
+        if out.is_empty() {
+            return Err(Error::UnknownImpl(list.to_string()));
+        }
+        Ok(out)
+    }
+}
+
+impl fmt::Display for Impl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Impl {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let s = s.trim().to_ascii_lowercase().replace('_', "-");
+        Impl::ALL
+            .into_iter()
+            .find(|i| i.name() == s)
+            .ok_or(Error::UnknownImpl(s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for i in Impl::ALL {
+            assert_eq!(i.name().parse::<Impl>().unwrap(), i);
+        }
+    }
+
+    #[test]
+    fn parse_list_keeps_order_and_drops_repeats() {
+        let l = Impl::parse_list("ringside-tcp, mpi,gloo_ring,mpi").unwrap();
+        assert_eq!(l, vec![Impl::RingsideTcp, Impl::Mpi, Impl::GlooRing]);
+    }
+
+    #[test]
+    fn parse_list_rejects_unknown_and_empty() {
+        assert!(Impl::parse_list("mpi,nccl").is_err());
+        assert!(Impl::parse_list(" , ").is_err());
+    }
+
+    #[test]
+    fn gloo_algorithm_names_match_peer_impl_names() {
+        // The Gloo peer prints "gloo-" + algo with '_' -> '-'.
+        for i in Impl::ALL {
+            if let Some(a) = i.gloo_algorithm() {
+                assert_eq!(format!("gloo-{}", a.replace('_', "-")), i.name());
+            }
+        }
+    }
+}

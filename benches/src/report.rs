@@ -1,0 +1,548 @@
+//! Collected results, the project's targets, and the tables the runner prints.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::Impl;
+use crate::record::Record;
+use crate::sizes::format_size;
+
+/// Every record of one runner invocation, keyed by what was launched.
+#[derive(Clone, Debug, Default)]
+pub struct Results {
+    records: BTreeMap<(Impl, u64), Record>,
+}
+
+impl Results {
+    /// Empty results.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Files `record` under `imp` (setting its label); a later record for the
+    /// same implementation and size replaces the earlier one.
+    pub fn insert(&mut self, imp: Impl, mut record: Record) {
+        record.label = Some(imp.name().to_string());
+        self.records.insert((imp, record.bytes), record);
+    }
+
+    /// The record for `imp` at `bytes`, if any.
+    pub fn get(&self, imp: Impl, bytes: u64) -> Option<&Record> {
+        self.records.get(&(imp, bytes))
+    }
+
+    /// All records, ordered by implementation then size.
+    pub fn iter(&self) -> impl Iterator<Item = &Record> {
+        self.records.values()
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// True when nothing was collected.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+}
+
+/// What a target compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Metric {
+    /// Bus bandwidth: higher is better, ratio = ours / theirs.
+    Busbw,
+    /// Median latency: lower is better, ratio = ours / theirs.
+    Latency,
+}
+
+/// Which message sizes a target is judged at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SizeRule {
+    /// Sizes of at least this many bytes.
+    AtLeast(u64),
+    /// Sizes of at most this many bytes.
+    AtMost(u64),
+}
+
+impl SizeRule {
+    fn matches(self, bytes: u64) -> bool {
+        match self {
+            SizeRule::AtLeast(b) => bytes >= b,
+            SizeRule::AtMost(b) => bytes <= b,
+        }
+    }
+}
+
+/// One of the project's performance targets for ringside against a peer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Target {
+    /// Short column name, e.g. `shm/mpi bw`.
+    pub name: &'static str,
+    /// Our implementation.
+    pub ours: Impl,
+    /// The library we are measured against.
+    pub theirs: Impl,
+    /// What is compared.
+    pub metric: Metric,
+    /// For [`Metric::Busbw`], the ratio must be at least this; for
+    /// [`Metric::Latency`], at most this.
+    pub bound: f64,
+    /// Sizes it is judged at.
+    pub sizes: SizeRule,
+    /// World size it is judged at (other worlds: ratios are informational).
+    pub world: usize,
+}
+
+const MIB: u64 = 1 << 20;
+const KIB4: u64 = 4 << 10;
+
+/// The targets: shared memory against OpenMPI, TCP against Gloo's ring.
+pub const TARGETS: [Target; 4] = [
+    Target {
+        name: "shm/mpi bw",
+        ours: Impl::RingsideShm,
+        theirs: Impl::Mpi,
+        metric: Metric::Busbw,
+        bound: 1.0,
+        sizes: SizeRule::AtLeast(MIB),
+        world: 2,
+    },
+    Target {
+        name: "shm/mpi lat",
+        ours: Impl::RingsideShm,
+        theirs: Impl::Mpi,
+        metric: Metric::Latency,
+        bound: 2.0,
+        sizes: SizeRule::AtMost(KIB4),
+        world: 2,
+    },
+    Target {
+        name: "tcp/gloo bw",
+        ours: Impl::RingsideTcp,
+        theirs: Impl::GlooRing,
+        metric: Metric::Busbw,
+        bound: 1.5,
+        sizes: SizeRule::AtLeast(MIB),
+        world: 2,
+    },
+    Target {
+        name: "tcp/gloo lat",
+        ours: Impl::RingsideTcp,
+        theirs: Impl::GlooRing,
+        metric: Metric::Latency,
+        bound: 0.3,
+        sizes: SizeRule::AtMost(KIB4),
+        world: 2,
+    },
+];
+
+impl Target {
+    /// Whether this target is judged at `world` ranks and `bytes`.
+    pub fn applies(&self, world: usize, bytes: u64) -> bool {
+        world == self.world && self.sizes.matches(bytes)
+    }
+
+    /// ours / theirs for the metric (busbw or median latency).
+    pub fn ratio(&self, ours: &Record, theirs: &Record) -> f64 {
+        match self.metric {
+            Metric::Busbw => ours.busbw() / theirs.busbw(),
+            Metric::Latency => ours.median_us / theirs.median_us,
+        }
+    }
+
+    /// Whether `ratio` meets the bound.
+    pub fn passes(&self, ratio: f64) -> bool {
+        match self.metric {
+            Metric::Busbw => ratio >= self.bound,
+            Metric::Latency => ratio <= self.bound,
+        }
+    }
+
+    /// One line, e.g. `ringside-shm busbw / mpi busbw >= 1.0 at >= 1 MiB, world 2`.
+    pub fn describe(&self) -> String {
+        let (what, cmp) = match self.metric {
+            Metric::Busbw => ("busbw", ">="),
+            Metric::Latency => ("median latency", "<="),
+        };
+        let at = match self.sizes {
+            SizeRule::AtLeast(b) => format!(">= {}", format_size(b)),
+            SizeRule::AtMost(b) => format!("<= {}", format_size(b)),
+        };
+        format!(
+            "{} {what} / {} {what} {cmp} {} at {at}, world {}",
+            self.ours, self.theirs, self.bound, self.world
+        )
+    }
+}
+
+/// How one ratio fares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Judged, and met.
+    Pass,
+    /// Judged, and missed.
+    Miss,
+    /// Not judged at this size/world: shown for information.
+    Info,
+}
+
+/// One ratio cell: a target at one size.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Ratio {
+    /// The target.
+    pub target: Target,
+    /// Message size.
+    pub bytes: u64,
+    /// ours / theirs.
+    pub value: f64,
+    /// Pass, miss or informational.
+    pub verdict: Verdict,
+}
+
+/// The verdict over all targets of a run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Summary {
+    /// Judged cells that met their bound.
+    pub pass: usize,
+    /// Judged cells that missed, as (target name, bytes, ratio).
+    pub miss: Vec<(&'static str, u64, f64)>,
+    /// Cells that should have been judged but lack data, as (target name, bytes).
+    pub unmeasured: Vec<(&'static str, u64)>,
+}
+
+impl Summary {
+    /// True when every judged cell passed and none lacked data.
+    pub fn all_met(&self) -> bool {
+        self.miss.is_empty() && self.unmeasured.is_empty()
+    }
+}
+
+/// Ratio cells for every target whose two implementations both have a
+/// record at a size, plus the run's summary. Targets are only judged when
+/// both sides were selected (`impls`); a judged cell without data (e.g. a
+/// peer that failed) counts as unmeasured.
+pub fn ratios(
+    results: &Results,
+    impls: &[Impl],
+    world: usize,
+    sizes: &[u64],
+) -> (Vec<Ratio>, Summary) {
+    let mut cells = Vec::new();
+    let mut summary = Summary::default();
+    for target in TARGETS {
+        if !(impls.contains(&target.ours) && impls.contains(&target.theirs)) {
+            continue;
+        }
+        for &bytes in sizes {
+            let judged = target.applies(world, bytes);
+            match (
+                results.get(target.ours, bytes),
+                results.get(target.theirs, bytes),
+            ) {
+                (Some(ours), Some(theirs)) => {
+                    let value = target.ratio(ours, theirs);
+                    let verdict = if !judged {
+                        Verdict::Info
+                    } else if target.passes(value) {
+                        summary.pass += 1;
+                        Verdict::Pass
+                    } else {
+                        summary.miss.push((target.name, bytes, value));
+                        Verdict::Miss
+                    };
+                    cells.push(Ratio {
+                        target,
+                        bytes,
+                        value,
+                        verdict,
+                    });
+                }
+                _ if judged => summary.unmeasured.push((target.name, bytes)),
+                _ => {}
+            }
+        }
+    }
+    (cells, summary)
+}
+
+/// Formats microseconds with about three significant digits.
+pub fn format_us(us: f64) -> String {
+    if us < 10.0 {
+        format!("{us:.2}")
+    } else if us < 1000.0 {
+        format!("{us:.1}")
+    } else {
+        format!("{us:.0}")
+    }
+}
+
+/// Formats GB/s so tiny small-message bandwidths stay readable.
+pub fn format_gbps(g: f64) -> String {
+    if g >= 100.0 {
+        format!("{g:.0}")
+    } else if g >= 10.0 {
+        format!("{g:.1}")
+    } else if g >= 0.01 {
+        format!("{g:.3}")
+    } else {
+        format!("{g:.1e}")
+    }
+}
+
+/// The main table: per size, each implementation's median latency (us, the
+/// slowest rank per iteration) and busbw (GB/s, recomputed from bytes and
+/// median so rounding in the printed value does not matter). `!` marks a
+/// record with wrong elements.
+pub fn results_table(results: &Results, impls: &[Impl], sizes: &[u64]) -> String {
+    let width = |imp: Impl| imp.name().len().max(20);
+    let mut out = String::new();
+    let _ = write!(out, "{:>10}", "");
+    for &imp in impls {
+        let _ = write!(out, "  {:>w$}", imp.name(), w = width(imp));
+    }
+    out.push('\n');
+    let _ = write!(out, "{:>10}", "size");
+    for &imp in impls {
+        let w = width(imp);
+        let _ = write!(out, "  {:>lw$} {:>9}", "median us", "busbw", lw = w - 10);
+    }
+    out.push('\n');
+    for &bytes in sizes {
+        let _ = write!(out, "{:>10}", format_size(bytes));
+        for &imp in impls {
+            let w = width(imp);
+            let (lat, bw) = match results.get(imp, bytes) {
+                Some(r) => {
+                    let mark = if r.wrong > 0 { "!" } else { "" };
+                    (
+                        format!("{}{mark}", format_us(r.median_us)),
+                        format_gbps(r.busbw()),
+                    )
+                }
+                None => ("-".to_string(), "-".to_string()),
+            };
+            let _ = write!(out, "  {lat:>lw$} {bw:>9}", lw = w - 10);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The ratio table: one column per target with data, one row per size.
+/// `ok`/`MISS` mark judged cells; bare numbers are informational.
+pub fn ratio_table(cells: &[Ratio], sizes: &[u64]) -> String {
+    let mut targets: Vec<Target> = Vec::new();
+    for c in cells {
+        if !targets.iter().any(|t| t.name == c.target.name) {
+            targets.push(c.target);
+        }
+    }
+    if targets.is_empty() {
+        return String::new();
+    }
+    let mut out = String::new();
+    let _ = write!(out, "{:>10}", "size");
+    for t in &targets {
+        let _ = write!(out, "  {:>14}", t.name);
+    }
+    out.push('\n');
+    let _ = write!(out, "{:>10}", "target");
+    for t in &targets {
+        let cmp = match t.metric {
+            Metric::Busbw => ">=",
+            Metric::Latency => "<=",
+        };
+        let _ = write!(out, "  {:>14}", format!("{cmp} {}", t.bound));
+    }
+    out.push('\n');
+    for &bytes in sizes {
+        let _ = write!(out, "{:>10}", format_size(bytes));
+        for t in &targets {
+            let cell = cells
+                .iter()
+                .find(|c| c.bytes == bytes && c.target.name == t.name)
+                .map(|c| {
+                    let v = format!("{:.2}", c.value);
+                    match c.verdict {
+                        Verdict::Pass => format!("{v} ok"),
+                        Verdict::Miss => format!("{v} MISS"),
+                        Verdict::Info => v,
+                    }
+                })
+                .unwrap_or_else(|| "-".to_string());
+            let _ = write!(out, "  {cell:>14}");
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(imp: Impl, world: usize, bytes: u64, median_us: f64) -> Record {
+        let algbw = bytes as f64 / (median_us * 1e-6) / 1e9;
+        Record {
+            impl_name: imp.name().into(),
+            collective: "all_reduce".into(),
+            world,
+            bytes,
+            dtype: "float".into(),
+            iters: 10,
+            min_us: median_us,
+            median_us,
+            max_us: median_us,
+            algbw_gbps: algbw,
+            busbw_gbps: algbw * crate::record::allreduce_bus_factor(world),
+            wrong: 0,
+            label: None,
+        }
+    }
+
+    fn two_impls(world: usize, bytes: u64, ours_us: f64, mpi_us: f64) -> Results {
+        let mut r = Results::new();
+        r.insert(
+            Impl::RingsideShm,
+            rec(Impl::RingsideShm, world, bytes, ours_us),
+        );
+        r.insert(Impl::Mpi, rec(Impl::Mpi, world, bytes, mpi_us));
+        r
+    }
+
+    const SHM_MPI: [Impl; 2] = [Impl::Mpi, Impl::RingsideShm];
+
+    #[test]
+    fn busbw_ratio_passes_when_faster() {
+        let r = two_impls(2, 4 << 20, 80.0, 100.0);
+        let (cells, summary) = ratios(&r, &SHM_MPI, 2, &[4 << 20]);
+        assert_eq!(cells.len(), 2);
+        assert!((cells[0].value - 1.25).abs() < 1e-9);
+        assert_eq!(cells[0].verdict, Verdict::Pass);
+        // The latency target is not judged at 4 MiB: shown for information.
+        assert_eq!(cells[1].target.metric, Metric::Latency);
+        assert_eq!(cells[1].verdict, Verdict::Info);
+        assert_eq!(summary.pass, 1);
+        assert!(summary.all_met());
+    }
+
+    #[test]
+    fn busbw_ratio_misses_when_slower() {
+        let r = two_impls(2, 1 << 20, 125.0, 100.0);
+        let (cells, summary) = ratios(&r, &SHM_MPI, 2, &[1 << 20]);
+        assert!((cells[0].value - 0.8).abs() < 1e-9);
+        assert_eq!(cells[0].verdict, Verdict::Miss);
+        assert_eq!(summary.miss.len(), 1);
+        assert!(!summary.all_met());
+    }
+
+    #[test]
+    fn latency_ratio_bound_is_an_upper_bound() {
+        let r = two_impls(2, 4096, 1.5, 1.0);
+        let (cells, _) = ratios(&r, &SHM_MPI, 2, &[4096]);
+        let lat = cells
+            .iter()
+            .find(|c| c.target.metric == Metric::Latency)
+            .unwrap();
+        assert!((lat.value - 1.5).abs() < 1e-9);
+        assert_eq!(lat.verdict, Verdict::Pass); // 1.5 <= 2.0
+        let r = two_impls(2, 8, 2.5, 1.0);
+        let (cells, _) = ratios(&r, &SHM_MPI, 2, &[8]);
+        let lat = cells
+            .iter()
+            .find(|c| c.target.metric == Metric::Latency)
+            .unwrap();
+        assert_eq!(lat.verdict, Verdict::Miss);
+    }
+
+    #[test]
+    fn other_world_sizes_are_informational() {
+        let r = two_impls(4, 1 << 20, 500.0, 100.0);
+        let (cells, summary) = ratios(&r, &SHM_MPI, 4, &[1 << 20]);
+        assert_eq!(cells[0].verdict, Verdict::Info);
+        assert_eq!(summary, Summary::default());
+    }
+
+    #[test]
+    fn missing_side_counts_as_unmeasured_only_where_judged() {
+        let mut r = Results::new();
+        r.insert(Impl::Mpi, rec(Impl::Mpi, 2, 1 << 20, 100.0));
+        let (cells, summary) = ratios(&r, &SHM_MPI, 2, &[64 << 10, 1 << 20]);
+        assert!(cells.is_empty());
+        assert_eq!(summary.unmeasured, vec![("shm/mpi bw", 1 << 20)]);
+    }
+
+    #[test]
+    fn targets_need_both_sides_selected() {
+        let r = two_impls(2, 1 << 20, 80.0, 100.0);
+        let (cells, summary) = ratios(&r, &[Impl::Mpi], 2, &[1 << 20]);
+        assert!(cells.is_empty());
+        assert!(summary.all_met());
+    }
+
+    #[test]
+    fn tcp_targets_compare_against_gloo_ring() {
+        let mut r = Results::new();
+        r.insert(Impl::RingsideTcp, rec(Impl::RingsideTcp, 2, 8, 20.0));
+        r.insert(Impl::GlooRing, rec(Impl::GlooRing, 2, 8, 100.0));
+        let imps = [Impl::GlooRing, Impl::RingsideTcp];
+        let (cells, summary) = ratios(&r, &imps, 2, &[8]);
+        assert_eq!(cells.len(), 2);
+        assert_eq!(cells[0].target.name, "tcp/gloo bw");
+        assert_eq!(cells[0].verdict, Verdict::Info);
+        assert_eq!(cells[1].target.name, "tcp/gloo lat");
+        assert!((cells[1].value - 0.2).abs() < 1e-9);
+        assert_eq!(cells[1].verdict, Verdict::Pass);
+        assert_eq!(summary.pass, 1);
+    }
+
+    #[test]
+    fn insert_labels_and_replaces() {
+        let mut r = Results::new();
+        r.insert(Impl::RingsideShm, rec(Impl::Mpi, 2, 8, 5.0));
+        r.insert(Impl::RingsideShm, rec(Impl::Mpi, 2, 8, 4.0));
+        assert_eq!(r.len(), 1);
+        let got = r.get(Impl::RingsideShm, 8).unwrap();
+        assert_eq!(got.name(), "ringside-shm");
+        assert_eq!(got.median_us, 4.0);
+    }
+
+    #[test]
+    fn tables_show_values_marks_and_gaps() {
+        let mut r = two_impls(2, 1 << 20, 80.0, 100.0);
+        let mut bad = rec(Impl::Mpi, 2, 8, 0.25);
+        bad.wrong = 2;
+        r.insert(Impl::Mpi, bad);
+        let sizes = [8, 1 << 20];
+        let t = results_table(&r, &SHM_MPI, &sizes);
+        assert!(t.contains("ringside-shm"), "{t}");
+        assert!(t.contains("0.25!"), "{t}");
+        assert!(t.contains("1 MiB"), "{t}");
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 4, "{t}");
+        assert!(lines[2].trim_end().ends_with('-'), "{t}"); // no ringside at 8 B
+        let (cells, _) = ratios(&r, &SHM_MPI, 2, &sizes);
+        let rt = ratio_table(&cells, &sizes);
+        assert!(rt.contains("1.25 ok"), "{rt}");
+        assert!(rt.contains(">= 1"), "{rt}");
+    }
+
+    #[test]
+    fn number_formats() {
+        assert_eq!(format_us(0.2214), "0.22");
+        assert_eq!(format_us(97.39), "97.4");
+        assert_eq!(format_us(12126.99), "12127");
+        assert_eq!(format_gbps(12.823), "12.8");
+        assert_eq!(format_gbps(0.3110), "0.311");
+        assert_eq!(format_gbps(8.21435e-05), "8.2e-5");
+    }
+
+    #[test]
+    fn describe_reads_as_the_goal() {
+        assert_eq!(
+            TARGETS[0].describe(),
+            "ringside-shm busbw / mpi busbw >= 1 at >= 1 MiB, world 2"
+        );
+    }
+}

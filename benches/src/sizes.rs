@@ -1,0 +1,177 @@
+//! Message sizes: parsing `64M`-style flags and the sweep rule the peers use.
+
+use crate::{Error, Result};
+
+/// Bytes per element of the swept dtype (f32).
+pub const ELEM_BYTES: u64 = 4;
+
+/// Parses `8`, `4K`, `1M`, `2G` (powers of 1024, optional trailing `B`),
+/// the same syntax the C and C++ peers accept.
+pub fn parse_size(input: &str) -> Result<u64> {
+    let bad = |why| Error::BadSize {
+        input: input.to_string(),
+        why,
+    };
+    let s = input.trim();
+    let s = s
+        .strip_suffix('B')
+        .or_else(|| s.strip_suffix('b'))
+        .unwrap_or(s);
+    let (digits, mult) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1u64 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1u64 << 30),
+        _ => (s, 1),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad("expected digits with an optional K/M/G suffix"));
+    }
+    let n: u64 = digits.parse().map_err(|_| bad("number too large"))?;
+    n.checked_mul(mult).ok_or_else(|| bad("number too large"))
+}
+
+/// Formats bytes for tables: `8 B`, `4 KiB`, `64 MiB`, `1.5 KiB`.
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (unit, name) in UNITS {
+        if bytes >= unit {
+            return if bytes % unit == 0 {
+                format!("{} {name}", bytes / unit)
+            } else {
+                format!("{:.1} {name}", bytes as f64 / unit as f64)
+            };
+        }
+    }
+    format!("{bytes} B")
+}
+
+/// One sweep's flags, shared by every implementation (`-b -e -f -n -w`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sweep {
+    /// Smallest message in bytes (`-b`).
+    pub min_bytes: u64,
+    /// Largest message in bytes (`-e`).
+    pub max_bytes: u64,
+    /// Sizes multiply by this (`-f`).
+    pub factor: u64,
+    /// Timed iterations per size (`-n`).
+    pub iters: u32,
+    /// Untimed warm-up iterations per size (`-w`).
+    pub warmup: u32,
+}
+
+impl Sweep {
+    /// Rejects flags the peers would reject, so errors show before any launch.
+    pub fn validate(&self) -> Result<()> {
+        if self.factor < 2 {
+            return Err(Error::BadSweep(format!(
+                "factor must be >= 2, got {}",
+                self.factor
+            )));
+        }
+        if self.iters < 1 {
+            return Err(Error::BadSweep("need at least one iteration (-n)".into()));
+        }
+        if self.min_bytes < 1 || self.max_bytes < self.min_bytes.max(ELEM_BYTES) {
+            return Err(Error::BadSweep(format!(
+                "need 1 <= min ({}) <= max ({}), and max >= {ELEM_BYTES} (one f32)",
+                self.min_bytes, self.max_bytes
+            )));
+        }
+        // The peers pass element counts as C `int`.
+        if self.max_bytes / ELEM_BYTES > i32::MAX as u64 {
+            return Err(Error::BadSweep("max size must be below 8 GiB".into()));
+        }
+        Ok(())
+    }
+
+    /// The byte sizes every implementation reports, in order:
+    /// `m, m·f, m·f², … <= max` with `m = max(min, 4)` (at least one f32),
+    /// each rounded down to whole elements as nccl-tests does. Mirrors the
+    /// loops in `peers/*.c*` and `collectives::bench::sizes`.
+    pub fn sizes(&self) -> Vec<u64> {
+        let mut out = Vec::new();
+        if self.factor < 2 {
+            return out;
+        }
+        let mut bytes = self.min_bytes.max(ELEM_BYTES);
+        while bytes <= self.max_bytes {
+            out.push(bytes / ELEM_BYTES * ELEM_BYTES);
+            match bytes.checked_mul(self.factor) {
+                Some(next) => bytes = next,
+                None => break,
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_size_accepts_suffixes() {
+        assert_eq!(parse_size("8").unwrap(), 8);
+        assert_eq!(parse_size("4K").unwrap(), 4096);
+        assert_eq!(parse_size("64M").unwrap(), 64 << 20);
+        assert_eq!(parse_size("1GB").unwrap(), 1 << 30);
+        assert_eq!(parse_size("2m").unwrap(), 2 << 20);
+    }
+
+    #[test]
+    fn parse_size_rejects_garbage() {
+        for bad in ["", "M", "1.5M", "-1", "12X", "99999999999999999999"] {
+            assert!(parse_size(bad).is_err(), "{bad:?} parsed");
+        }
+    }
+
+    #[test]
+    fn format_size_picks_units() {
+        assert_eq!(format_size(8), "8 B");
+        assert_eq!(format_size(4096), "4 KiB");
+        assert_eq!(format_size(64 << 20), "64 MiB");
+        assert_eq!(format_size(1536), "1.5 KiB");
+    }
+
+    fn sweep(min: u64, max: u64, factor: u64) -> Sweep {
+        Sweep {
+            min_bytes: min,
+            max_bytes: max,
+            factor,
+            iters: 1,
+            warmup: 0,
+        }
+    }
+
+    #[test]
+    fn sizes_follow_factor_and_include_max() {
+        assert_eq!(sweep(8, 64 << 20, 2).sizes().len(), 24);
+        let s = sweep(8, 64 << 20, 8).sizes();
+        assert_eq!(s.first(), Some(&8));
+        assert_eq!(s.last(), Some(&(16 << 20)));
+        assert_eq!(sweep(4096, 4096, 2).sizes(), vec![4096]);
+    }
+
+    #[test]
+    fn sizes_start_at_one_float_and_round_down_to_whole_floats() {
+        // Starts at 4 like collectives::bench::sizes: 4, 12, 36 -> whole floats.
+        assert_eq!(sweep(1, 40, 3).sizes(), vec![4, 12, 36]);
+        assert_eq!(sweep(6, 60, 3).sizes(), vec![4, 16, 52]); // 6, 18, 54
+    }
+
+    #[test]
+    fn sizes_do_not_overflow() {
+        let s = sweep(1 << 62, u64::MAX, 4).sizes();
+        assert_eq!(s, vec![1 << 62]);
+    }
+
+    #[test]
+    fn validate_rejects_nonsense() {
+        assert!(sweep(8, 64, 1).validate().is_err());
+        assert!(sweep(64, 8, 2).validate().is_err());
+        assert!(sweep(1, 3, 2).validate().is_err());
+        assert!(sweep(8, 16 << 30, 2).validate().is_err());
+        assert!(sweep(8, 64 << 20, 2).validate().is_ok());
+    }
+}
