@@ -5,9 +5,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use collectives::algorithms::Algo;
-use collectives::backends::{self, Options};
-use collectives::launch::{self, Role};
-use collectives::rendezvous::env::{self, Rendezvous};
+use collectives::job;
+use collectives::rendezvous::env::Rendezvous;
 use collectives::transport::TransportKind;
 use collectives::{Backend, Communicator};
 
@@ -22,13 +21,9 @@ pub enum Start {
 /// Spawns `nproc` local ranks of this program, or joins the job the
 /// environment describes (torchrun, mpirun, srun, `ringside launch`).
 pub fn start(nproc: usize, timeout: Duration) -> anyhow::Result<Start> {
-    launch::install_interrupt_handler()?;
-    match launch::init(Some(nproc))? {
-        Role::Launcher(report) => Ok(Start::Done(report.exit_code())),
-        Role::Rank(info) => {
-            let rdv = env::connect(&info, timeout).context("rendezvous with the other ranks")?;
-            Ok(Start::Rank(Box::new(rdv)))
-        }
+    match job::start(nproc, timeout).context("starting the ranks")? {
+        job::Start::Done(report) => Ok(Start::Done(report.exit_code())),
+        job::Start::Rank(rdv) => Ok(Start::Rank(rdv)),
     }
 }
 
@@ -41,34 +36,17 @@ pub fn communicator(
     timeout: Duration,
     prefix: &str,
 ) -> anyhow::Result<Box<dyn Communicator>> {
-    let mut opts = Options::new(rdv.info.token.bytes())?;
+    let mut opts = job::options(rdv)?;
     opts.transport = transport;
     opts.algo = algo;
     opts.timeout = timeout;
     opts.prefix = prefix.to_owned();
-    if !is_loopback(&rdv.info.master_addr) {
-        opts.listen_ip = std::net::IpAddr::from([0, 0, 0, 0]);
-    }
-    backends::connect(
-        backend,
-        rdv.store(),
-        rdv.info.rank,
-        rdv.info.world_size,
-        &opts,
-    )
-    .with_context(|| {
+    job::communicator(rdv, backend, &opts).with_context(|| {
         format!(
             "connecting the {backend} backend ({} transport)",
             transport.name()
         )
     })
-}
-
-fn is_loopback(addr: &str) -> bool {
-    addr == "localhost"
-        || addr
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Parses `8`, `4K`, `1M`, `64MiB`, `1G` into bytes (powers of 1024, as nccl-tests).

@@ -26,13 +26,14 @@
 #![deny(missing_docs)]
 
 pub mod algorithms;
-pub mod bench;
 pub mod backends;
+pub mod bench;
 pub mod buffer;
 pub mod conformance;
 pub mod deadline;
 pub mod element;
 pub mod error;
+pub mod job;
 pub mod launch;
 pub mod rendezvous;
 pub mod transport;
