@@ -7,19 +7,40 @@ const RINGSIDE: &str = env!("CARGO_BIN_EXE_ringside");
 
 fn full_matrix(world: usize, transport: &str) {
     let out = Command::new(RINGSIDE)
-        .args(["conformance", "--nproc", &world.to_string(), "--transport", transport, "--timeout", "60"])
+        .args([
+            "conformance",
+            "--nproc",
+            &world.to_string(),
+            "--transport",
+            transport,
+            "--timeout",
+            "60",
+        ])
         .env_remove("RINGSIDE_JOB_TOKEN")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "world {world} over {transport} failed:\n{stdout}\n{stderr}");
+    assert!(
+        out.status.success(),
+        "world {world} over {transport} failed:\n{stdout}\n{stderr}"
+    );
     let ok_ranks = stdout
         .lines()
-        .filter(|l| l.contains(&format!("/{world}: reference backend ({transport} transport")) && l.ends_with(" 0 failed"))
+        .filter(|l| {
+            l.contains(&format!(
+                "/{world}: reference backend ({transport} transport"
+            )) && l.ends_with(" 0 failed")
+        })
         .count();
-    assert_eq!(ok_ranks, world, "every rank must report 0 failures:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("1723 cases"), "the full matrix must run:\n{stdout}");
+    assert_eq!(
+        ok_ranks, world,
+        "every rank must report 0 failures:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("1723 cases"),
+        "the full matrix must run:\n{stdout}"
+    );
 }
 
 #[test]

@@ -10,7 +10,11 @@ const RINGSIDE: &str = env!("CARGO_BIN_EXE_ringside");
 const TOKEN: &str = "00112233445566778899aabbccddeeff";
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// One rank of a job, joined from torchrun-style variables (no launcher).
@@ -37,7 +41,10 @@ fn finish(mut child: Child, limit: Duration) -> (Output, Duration) {
         if start.elapsed() > limit {
             child.kill().unwrap();
             let out = child.wait_with_output().unwrap();
-            panic!("still running after {limit:?}; stderr:\n{}", String::from_utf8_lossy(&out.stderr));
+            panic!(
+                "still running after {limit:?}; stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -46,12 +53,32 @@ fn finish(mut child: Child, limit: Duration) -> (Output, Duration) {
 }
 
 fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 /// A long all_reduce loop: 8 MiB messages, effectively forever.
 fn endless(transport: &'static str, timeout: &'static str) -> Vec<&'static str> {
-    vec!["sweep", "--nproc", "1", "--transport", transport, "-b", "8M", "-e", "8M", "-n", "1000000", "-w", "0", "--timeout", timeout]
+    vec![
+        "sweep",
+        "--nproc",
+        "1",
+        "--transport",
+        transport,
+        "-b",
+        "8M",
+        "-e",
+        "8M",
+        "-n",
+        "1000000",
+        "-w",
+        "0",
+        "--timeout",
+        timeout,
+    ]
 }
 
 fn peer_killed_mid_all_reduce(transport: &'static str) {
@@ -61,7 +88,10 @@ fn peer_killed_mid_all_reduce(transport: &'static str) {
     // Let them get well into the loop.
     std::thread::sleep(Duration::from_secs(3));
     for (r, c) in ranks.iter_mut().enumerate() {
-        assert!(c.try_wait().unwrap().is_none(), "rank {r} ended before the kill");
+        assert!(
+            c.try_wait().unwrap().is_none(),
+            "rank {r} ended before the kill"
+        );
     }
     let victim = ranks.remove(1);
     unsafe { libc::kill(victim.id() as i32, libc::SIGKILL) };
@@ -71,8 +101,14 @@ fn peer_killed_mid_all_reduce(transport: &'static str) {
         let limit = Duration::from_secs(7).saturating_sub(killed_at.elapsed());
         let (out, _) = finish(c, limit);
         let t = text(&out);
-        assert!(!out.status.success(), "survivor {r} exited successfully:\n{t}");
-        assert!(t.contains("rank 1"), "survivor {r} does not name the dead rank:\n{t}");
+        assert!(
+            !out.status.success(),
+            "survivor {r} exited successfully:\n{t}"
+        );
+        assert!(
+            t.contains("rank 1"),
+            "survivor {r} does not name the dead rank:\n{t}"
+        );
     }
     finish(victim, Duration::from_secs(2));
 }
@@ -96,9 +132,13 @@ fn env_of(pid: u32) -> String {
 fn children_of(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
         if let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) {
-            let ppid = stat.rsplit_once(") ").and_then(|(_, rest)| rest.split(' ').nth(1)?.parse::<u32>().ok());
+            let ppid = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.split(' ').nth(1)?.parse::<u32>().ok());
             if ppid == Some(pid) {
                 out.push(p);
             }
@@ -109,7 +149,12 @@ fn children_of(pid: u32) -> Vec<u32> {
 
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| !matches!(s.rsplit_once(") ").and_then(|(_, r)| r.chars().next()), Some('Z' | 'X')))
+        .map(|s| {
+            !matches!(
+                s.rsplit_once(") ").and_then(|(_, r)| r.chars().next()),
+                Some('Z' | 'X')
+            )
+        })
         .unwrap_or(false)
 }
 
@@ -128,12 +173,18 @@ fn launcher_names_the_rank_killed_mid_all_reduce_and_leaves_nothing_behind() {
     std::thread::sleep(Duration::from_secs(3));
     let kids = children_of(launcher.id());
     assert_eq!(kids.len(), 3, "expected 3 ranks, found {kids:?}");
-    let victim = *kids.iter().find(|&&p| env_of(p).lines().any(|l| l == "RANK=2")).expect("rank 2");
+    let victim = *kids
+        .iter()
+        .find(|&&p| env_of(p).lines().any(|l| l == "RANK=2"))
+        .expect("rank 2");
     unsafe { libc::kill(victim as i32, libc::SIGKILL) };
     let (out, took) = finish(launcher, Duration::from_secs(12));
     let t = text(&out);
     assert!(!out.status.success(), "{t}");
-    assert!(t.contains("rank 2") && t.contains("SIGKILL"), "launcher must name rank 2 and SIGKILL:\n{t}");
+    assert!(
+        t.contains("rank 2") && t.contains("SIGKILL"),
+        "launcher must name rank 2 and SIGKILL:\n{t}"
+    );
     assert!(took < Duration::from_secs(10), "took {took:?}");
     for p in kids {
         assert!(!alive(p), "rank process {p} left behind");
@@ -144,17 +195,38 @@ fn launcher_names_the_rank_killed_mid_all_reduce_and_leaves_nothing_behind() {
 fn port_in_use_is_a_clear_error() {
     let busy = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = busy.local_addr().unwrap().port();
-    let (out, took) = finish(rank(0, 2, port, TOKEN, &["sweep", "--nproc", "1", "--timeout", "3"]), Duration::from_secs(5));
+    let (out, took) = finish(
+        rank(
+            0,
+            2,
+            port,
+            TOKEN,
+            &["sweep", "--nproc", "1", "--timeout", "3"],
+        ),
+        Duration::from_secs(5),
+    );
     let t = text(&out);
     assert!(!out.status.success());
-    assert!(t.contains("address already in use") || t.contains("in use"), "{t}");
+    assert!(
+        t.contains("address already in use") || t.contains("in use"),
+        "{t}"
+    );
     assert!(took < Duration::from_secs(4), "{took:?}");
 }
 
 #[test]
 fn unreachable_master_errors_within_the_timeout() {
     let port = free_port();
-    let (out, took) = finish(rank(1, 2, port, TOKEN, &["sweep", "--nproc", "1", "--timeout", "2"]), Duration::from_secs(5));
+    let (out, took) = finish(
+        rank(
+            1,
+            2,
+            port,
+            TOKEN,
+            &["sweep", "--nproc", "1", "--timeout", "2"],
+        ),
+        Duration::from_secs(5),
+    );
     let t = text(&out);
     assert!(!out.status.success());
     assert!(t.contains("unreachable") || t.contains("timed out"), "{t}");
@@ -171,7 +243,10 @@ fn wrong_world_size_is_named() {
     let (o0, _) = finish(r0, Duration::from_secs(6));
     let t1 = text(&o1);
     assert!(!o1.status.success() && !o0.status.success());
-    assert!(t1.contains('3') && t1.contains('2') && t1.contains("world"), "{t1}");
+    assert!(
+        t1.contains('3') && t1.contains('2') && t1.contains("world"),
+        "{t1}"
+    );
 }
 
 #[test]
@@ -185,6 +260,9 @@ fn wrong_job_token_is_refused() {
     let (x1, x0) = (text(&o1), text(&o0));
     assert!(!o1.status.success() && !o0.status.success());
     assert!(x1.contains("token"), "the stranger must be told why:\n{x1}");
-    assert!(x0.contains("rank") && x0.contains('1'), "rank 0 must name the missing rank:\n{x0}");
+    assert!(
+        x0.contains("rank") && x0.contains('1'),
+        "rank 0 must name the missing rank:\n{x0}"
+    );
     assert!(t1 < Duration::from_secs(5));
 }

@@ -1,1 +1,110 @@
-fn main() {}
+//! `cargo xtask`: everything a newcomer needs besides Rust.
+//!
+//! * `cargo xtask setup` installs what the workspace needs (Debian packages, a per-user
+//!   torch install, the `.ringside/` links) and is quick when all is there already.
+//! * `cargo xtask test` runs the set-up, then every check the project has (see
+//!   [`steps::TEST_STEPS`]), timing each.
+//! * `cargo xtask tour` runs the set-up, then the guided tour.
+//!
+//! The alias lives in `.cargo/config.toml`.
+
+mod setup;
+mod steps;
+mod ui;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "xtask",
+    bin_name = "cargo xtask",
+    about = "ringside set-up and project tasks",
+    version
+)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what the workspace needs (idempotent; fast when already done).
+    ///
+    /// Debian packages (apt-get as root, otherwise prints the sudo line), torch into a
+    /// per-user cache (RINGSIDE_CACHE, default ~/.cache/ringside), and the .ringside/
+    /// links that .cargo/config.toml points LIBTORCH at.
+    Setup,
+    /// Set up, then run the whole test suite: formatting, every crate's tests, lints.
+    Test {
+        /// Skip a step by name (repeatable); `--list` shows the names.
+        #[arg(long, value_name = "STEP")]
+        skip: Vec<String>,
+        /// Run only these steps (repeatable).
+        #[arg(long, value_name = "STEP", conflicts_with = "skip")]
+        only: Vec<String>,
+        /// List the steps and exit.
+        #[arg(long)]
+        list: bool,
+    },
+    /// Set up, then run the guided tour (`cargo run --release -p ringside -- tour`).
+    Tour {
+        /// Arguments passed on to `ringside tour`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // The error chain in one line; a backtrace (RUST_BACKTRACE) helps nobody here.
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let root = repo_root();
+    match cli.task {
+        Task::Setup => {
+            setup::run(&root)?;
+        }
+        Task::Test { skip, only, list } => {
+            if list {
+                steps::list();
+                return Ok(());
+            }
+            let selected = steps::select(&skip, &only)?;
+            setup::run(&root)?;
+            steps::run(&root, &selected)?;
+        }
+        Task::Tour { args } => {
+            setup::run(&root)?;
+            let mut cmd = steps::cargo(&root);
+            cmd.args(["run", "--release", "--package", "ringside", "--", "tour"]);
+            cmd.args(args);
+            ui::say(&format!("running {}", ui::show_command(&cmd)));
+            let status = cmd.status()?;
+            if !status.success() {
+                anyhow::bail!("the tour failed ({status})");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The workspace root: the parent of this crate's folder.
+fn repo_root() -> PathBuf {
+    // `cargo run` sets CARGO_MANIFEST_DIR at run time too; the compile-time value is the
+    // fallback for running the binary directly.
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}

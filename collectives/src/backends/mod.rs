@@ -44,7 +44,9 @@ impl Options {
         };
         let transport = match std::env::var("RINGSIDE_TRANSPORT") {
             Ok(s) => TransportKind::parse(&s).ok_or_else(|| {
-                Error::InvalidArgument(format!("RINGSIDE_TRANSPORT={s:?}: expected auto, tcp or shm"))
+                Error::InvalidArgument(format!(
+                    "RINGSIDE_TRANSPORT={s:?}: expected auto, tcp or shm"
+                ))
             })?,
             Err(_) => TransportKind::Auto,
         };
@@ -77,7 +79,12 @@ pub fn connect(
 }
 
 /// Connects the reference backend, resolving `TransportKind::Auto`.
-pub fn reference(store: &dyn KeyValue, rank: usize, world: usize, opts: &Options) -> Result<ReferenceComm> {
+pub fn reference(
+    store: &dyn KeyValue,
+    rank: usize,
+    world: usize,
+    opts: &Options,
+) -> Result<ReferenceComm> {
     let topts = TransportOptions {
         timeout: opts.timeout,
         prefix: opts.prefix.clone(),
@@ -85,13 +92,21 @@ pub fn reference(store: &dyn KeyValue, rank: usize, world: usize, opts: &Options
         listen_ip: opts.listen_ip,
     };
     let kind = match opts.transport {
-        TransportKind::Auto if all_on_this_host(store, rank, world, &opts.prefix)? => TransportKind::Shm,
+        TransportKind::Auto if all_on_this_host(store, rank, world, &opts.prefix)? => {
+            TransportKind::Shm
+        }
         TransportKind::Auto => TransportKind::Tcp,
         k => k,
     };
     let (t, name): (Box<dyn Transport>, _) = match kind {
-        TransportKind::Shm => (Box::new(ShmTransport::connect(store, rank, world, &topts)?), "shm"),
-        _ => (Box::new(TcpTransport::connect(store, rank, world, &topts)?), "tcp"),
+        TransportKind::Shm => (
+            Box::new(ShmTransport::connect(store, rank, world, &topts)?),
+            "shm",
+        ),
+        _ => (
+            Box::new(TcpTransport::connect(store, rank, world, &topts)?),
+            "tcp",
+        ),
     };
     Ok(ReferenceComm::new(t, opts.algo, name))
 }

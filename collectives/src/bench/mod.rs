@@ -77,30 +77,53 @@ pub fn busbw_factor(collective: Collective, n: usize) -> f64 {
         | Collective::AllToAll
         | Collective::Gather
         | Collective::Scatter => (n - 1.0) / n,
-        Collective::Broadcast | Collective::Reduce | Collective::SendRecv | Collective::Barrier => 1.0,
+        Collective::Broadcast | Collective::Reduce | Collective::SendRecv | Collective::Barrier => {
+            1.0
+        }
     }
 }
 
 /// Times an in-place f32 sum all_reduce of `bytes` bytes.
-pub fn all_reduce_f32(comm: &dyn Communicator, bytes: usize, warmup: usize, iters: usize) -> Result<Measurement> {
+pub fn all_reduce_f32(
+    comm: &dyn Communicator,
+    bytes: usize,
+    warmup: usize,
+    iters: usize,
+) -> Result<Measurement> {
     let n = comm.world_size();
     let count = bytes / 4;
     let fresh = |rank: usize| -> Vec<f32> { (0..count).map(|i| ((rank + i) % 7) as f32).collect() };
     let mut buf = fresh(comm.rank());
     for _ in 0..warmup {
-        comm.all_reduce(Input::InPlace, &mut BufferMut::from_slice(&mut buf), ReduceOp::Sum)?;
+        comm.all_reduce(
+            Input::InPlace,
+            &mut BufferMut::from_slice(&mut buf),
+            ReduceOp::Sum,
+        )?;
     }
     let mut times = Vec::with_capacity(iters);
     for _ in 0..iters {
         comm.barrier()?;
         let t0 = Instant::now();
-        comm.all_reduce(Input::InPlace, &mut BufferMut::from_slice(&mut buf), ReduceOp::Sum)?;
+        comm.all_reduce(
+            Input::InPlace,
+            &mut BufferMut::from_slice(&mut buf),
+            ReduceOp::Sum,
+        )?;
         times.push(t0.elapsed().as_secs_f64() * 1e6);
     }
     // The slowest rank defines each iteration's time.
-    comm.all_reduce(Input::InPlace, &mut BufferMut::from_slice(&mut times), ReduceOp::Max)?;
+    comm.all_reduce(
+        Input::InPlace,
+        &mut BufferMut::from_slice(&mut times),
+        ReduceOp::Max,
+    )?;
     let mut buf = fresh(comm.rank());
-    comm.all_reduce(Input::InPlace, &mut BufferMut::from_slice(&mut buf), ReduceOp::Sum)?;
+    comm.all_reduce(
+        Input::InPlace,
+        &mut BufferMut::from_slice(&mut buf),
+        ReduceOp::Sum,
+    )?;
     let wrong = buf
         .iter()
         .enumerate()
@@ -127,7 +150,11 @@ pub fn summarize(v: &mut [f64]) -> (f64, f64, f64) {
     }
     v.sort_by(f64::total_cmp);
     let m = v.len();
-    let median = if m % 2 == 1 { v[m / 2] } else { (v[m / 2 - 1] + v[m / 2]) / 2.0 };
+    let median = if m % 2 == 1 {
+        v[m / 2]
+    } else {
+        (v[m / 2 - 1] + v[m / 2]) / 2.0
+    };
     (v[0], median, v[m - 1])
 }
 
