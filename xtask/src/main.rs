@@ -8,6 +8,7 @@
 //!
 //! The alias lives in `.cargo/config.toml`.
 
+mod book_check;
 mod setup;
 mod steps;
 mod ui;

@@ -13,7 +13,6 @@ pub enum Action {
     /// `cargo <args>` in the repository root.
     Cargo(&'static [&'static str]),
     /// A check written in Rust inside xtask (for checks no cargo command does).
-    #[allow(dead_code)] // None yet; kept so such checks have an obvious home.
     Xtask(fn(&Path) -> Result<()>),
 }
 
@@ -34,6 +33,11 @@ pub const TEST_STEPS: &[Step] = &[
         name: "fmt",
         about: "formatting",
         action: Action::Cargo(&["fmt", "--all", "--", "--check"]),
+    },
+    Step {
+        name: "book",
+        about: "every {{#include file:anchor}} in the book resolves",
+        action: Action::Xtask(crate::book_check::check),
     },
     Step {
         name: "test",
