@@ -18,7 +18,8 @@
 //! 128     abort word ((rank+1)<<1 | reason-ready), reason length
 //! 256     abort reason (up to 1024 bytes of UTF-8)
 //! 1280    per rank, 256 bytes: [doorbell futex word, sleeping flag] on one
-//!         128-byte line; [pid, process start time, pid namespace] on the next
+//!         128-byte line; [pid, process start time, pid namespace, last CPU]
+//!         on the next
 //! ...     per ordered pair (i, j), 256 bytes: head (line 0), tail (line 1)
 //! page    per ordered pair i != j, `capacity` bytes of ring data
 //! ```
@@ -27,7 +28,10 @@
 //!
 //! # Waiting
 //! A rank that cannot progress spins briefly (cheap when the peer is running on
-//! another core), yields a few times, then sleeps on its doorbell futex. Anyone
+//! another core), yields a few times, then sleeps on its doorbell futex. It
+//! skips the spin when the peer last waited on the CPU we are on: then the
+//! peer cannot run until we get off it (the scheduler likes to put a waker
+//! and its wakee together, and spinning there costs a whole spin per message). Anyone
 //! who publishes data for rank r, or frees ring space r is waiting for, checks
 //! r's sleeping flag after a full fence and rings the bell only when r sleeps,
 //! so the fast path costs no system call. Sleeps are short (50 ms) so the
@@ -51,9 +55,11 @@ use crate::rendezvous::KeyValue;
 
 /// Ring capacity per directed pair when the world is small (bytes).
 ///
-/// Measured on a 2-core EPYC VM with the benchmark at the bottom of this file:
-/// large enough that a sender rarely waits for the reducer, small enough that
-/// both directions' rings stay in L2 while a chunk crosses between cores.
+/// Tuned with `shm_bench_two_processes` (bottom of this file) on a 2-core
+/// EPYC VM: rings of 256 KiB to 2 MiB with 32 to 128 KiB chunks all gave
+/// the same 2-rank all-reduce bandwidth within noise (~26 GB/s at 1 MiB,
+/// ~24 GB/s at 4 MiB), so this is the middle: room for a sender to run ahead
+/// of a slower reducer, and still L2-sized.
 pub const DEFAULT_RING_BYTES: usize = 1 << 20;
 /// The smallest ring capacity accepted (bytes).
 pub const MIN_RING_BYTES: usize = 4096;
@@ -69,12 +75,15 @@ const SEGMENT_BUDGET: usize = 32 << 20;
 /// other side starts working on a chunk while the next one is written.
 const CHUNK_BYTES: usize = 64 << 10;
 /// How long a waiter spins before it yields its core, when every rank can
-/// have a core of its own.
+/// have a core of its own. A running peer answers within a microsecond, so
+/// this only has to outlast scheduling noise; it bounds wasted CPU per wait.
 const SPIN_TIME: Duration = Duration::from_micros(50);
 /// `sched_yield` calls between spinning and sleeping (same condition).
 const YIELDS: u32 = 8;
 /// With more ranks than cores the peer we wait for is often not running, and
-/// spinning only delays it: go almost straight to the futex.
+/// spinning only delays it: go almost straight to the futex. (4 thread ranks
+/// on 2 cores, 2000 ring steps: ~0.15 s like this, ~0.5 s with the 50 us
+/// spin, ~25 s spinning without sleeping.)
 const OVERSUBSCRIBED_SPIN_TIME: Duration = Duration::ZERO;
 const OVERSUBSCRIBED_YIELDS: u32 = 2;
 /// Longest futex sleep before re-checking deadline, abort word and peer.
@@ -108,6 +117,7 @@ const R_SLEEPING: usize = 4;
 const R_PID: usize = LINE;
 const R_START: usize = LINE + 8;
 const R_PIDNS: usize = LINE + 16;
+const R_CPU: usize = LINE + 24;
 const CTRL_STRIDE: usize = 2 * LINE;
 
 /// Where everything sits in a segment for a given world size and capacity.
@@ -282,6 +292,8 @@ struct Wait {
     polls: u32,
     yields: u32,
     since: Option<Instant>,
+    /// A peer we wait for last ran on our CPU: spinning would only delay it.
+    colocated: bool,
 }
 
 impl Wait {
@@ -290,6 +302,7 @@ impl Wait {
             polls: 0,
             yields: 0,
             since: None,
+            colocated: false,
         }
     }
 }
@@ -309,6 +322,8 @@ pub struct ShmTransport {
     aborted: Option<String>,
     spin_time: Duration,
     yields: u32,
+    /// The CPU (+1) last recorded in our slot, to write it only on change.
+    cpu: u32,
 }
 
 impl fmt::Debug for ShmTransport {
@@ -457,6 +472,7 @@ impl ShmTransport {
             peers,
             last_liveness: Instant::now(),
             aborted: None,
+            cpu: 0,
         })
     }
 
@@ -511,8 +527,8 @@ impl ShmTransport {
         }
         let rank = ((w >> 1) as usize).saturating_sub(1);
         let reason = if w & 1 == 1 {
-            let len = (self.seg.u32_at(OFF_ABORT_LEN).load(Ordering::Acquire) as usize)
-                .min(REASON_MAX);
+            let len =
+                (self.seg.u32_at(OFF_ABORT_LEN).load(Ordering::Acquire) as usize).min(REASON_MAX);
             // SAFETY: the reason area is in bounds and no longer written once
             // the ready bit is set (only the first aborter writes it).
             let bytes = unsafe { std::slice::from_raw_parts(self.seg.ptr(OFF_REASON), len) };
@@ -523,22 +539,52 @@ impl ShmTransport {
         Error::PeerAborted { rank, reason }
     }
 
+    /// The consumer's position in our ring to `peer`, checked against ours.
+    fn load_tail(&self, peer: usize, pos: u64) -> Result<u64> {
+        let tail = self
+            .seg
+            .u64_at(self.layout.tail(self.rank, peer))
+            .load(Ordering::Acquire);
+        if tail > pos || pos - tail > self.layout.cap as u64 {
+            return Err(self.corrupt(self.rank, peer, pos, tail));
+        }
+        Ok(tail)
+    }
+
+    /// The producer's position in `peer`'s ring to us, checked against ours.
+    fn load_head(&self, peer: usize, pos: u64) -> Result<u64> {
+        let head = self
+            .seg
+            .u64_at(self.layout.head(peer, self.rank))
+            .load(Ordering::Acquire);
+        if head < pos || head - pos > self.layout.cap as u64 {
+            return Err(self.corrupt(peer, self.rank, head, pos));
+        }
+        Ok(head)
+    }
+
+    #[cold]
+    fn corrupt(&self, from: usize, to: usize, head: u64, tail: u64) -> Error {
+        Error::Protocol(format!(
+            "shared-memory ring from rank {from} to rank {to} is corrupt (head {head}, tail {tail}, \
+             capacity {}): something wrote into the segment out of turn",
+            self.layout.cap
+        ))
+    }
+
     /// Writes as much of `t` as fits (at most one chunk) and publishes it.
-    fn push(&mut self, t: &mut Tx<'_>) -> bool {
+    fn push(&mut self, t: &mut Tx<'_>) -> Result<bool> {
         let cap = self.layout.cap;
         let mut c = self.out[t.peer];
         let want = (t.end - t.pos).min(self.chunk);
         let mut free = cap - (c.pos - c.seen) as usize;
         if free < want {
-            c.seen = self
-                .seg
-                .u64_at(self.layout.tail(self.rank, t.peer))
-                .load(Ordering::Acquire);
+            c.seen = self.load_tail(t.peer, c.pos)?;
             free = cap - (c.pos - c.seen) as usize;
         }
         if free < t.min_room() {
             self.out[t.peer] = c;
-            return false;
+            return Ok(false);
         }
         let n = want.min(free);
         let ring = self.seg.ptr(self.layout.ring(self.rank, t.peer));
@@ -568,19 +614,18 @@ impl ShmTransport {
             .u64_at(self.layout.head(self.rank, t.peer))
             .store(c.pos, Ordering::Release);
         self.notify(t.peer);
-        true
+        Ok(true)
     }
 
     /// Consumes what has arrived for `r` (the header, then at most one chunk).
     fn pull(&mut self, tag: &Tag, r: &mut Rx<'_>) -> Result<bool> {
         let cap = self.layout.cap;
-        let head = self.seg.u64_at(self.layout.head(r.peer, self.rank));
         let ring = self.seg.ptr(self.layout.ring(r.peer, self.rank));
         let mut c = self.inc[r.peer];
         let start = c.pos;
         if r.stage == Stage::Header {
             if ((c.seen - c.pos) as usize) < HEADER_LEN {
-                c.seen = head.load(Ordering::Acquire);
+                c.seen = self.load_head(r.peer, c.pos)?;
             }
             let avail = (c.seen - c.pos) as usize;
             if avail < HEADER_LEN {
@@ -593,9 +638,7 @@ impl ShmTransport {
             unsafe { copy_from_ring(ring, cap, c.pos, &mut h) };
             let frame = Frame::decode(&h)?;
             if frame.flags & FLAG_ABORT != 0 {
-                let len = (frame.len as usize)
-                    .min(avail - HEADER_LEN)
-                    .min(REASON_MAX);
+                let len = (frame.len as usize).min(avail - HEADER_LEN).min(REASON_MAX);
                 let mut reason = vec![0u8; len];
                 // SAFETY: as above, within the published bytes.
                 unsafe { copy_from_ring(ring, cap, c.pos + HEADER_LEN as u64, &mut reason) };
@@ -615,7 +658,7 @@ impl ShmTransport {
         if let Stage::Payload(done) = r.stage {
             let left = r.want - done;
             if ((c.seen - c.pos) as usize) < left.min(self.chunk) {
-                c.seen = head.load(Ordering::Acquire);
+                c.seen = self.load_head(r.peer, c.pos)?;
             }
             let take = ((c.seen - c.pos) as usize).min(left).min(self.chunk);
             if take > 0 {
@@ -662,7 +705,9 @@ impl ShmTransport {
                 .seg
                 .u64_at(self.layout.tail(self.rank, t.peer))
                 .load(Ordering::Acquire);
-            if self.layout.cap - (c.pos - tail) as usize >= t.min_room() {
+            // An impossible position also counts: the poll reports it.
+            let used = c.pos.wrapping_sub(tail);
+            if used > self.layout.cap as u64 || self.layout.cap - used as usize >= t.min_room() {
                 return true;
             }
         }
@@ -673,11 +718,11 @@ impl ShmTransport {
                 .u64_at(self.layout.head(r.peer, self.rank))
                 .load(Ordering::Acquire);
             let need = if r.stage == Stage::Header {
-                HEADER_LEN
+                HEADER_LEN as u64
             } else {
                 1
             };
-            if (head - c.pos) as usize >= need {
+            if head.wrapping_sub(c.pos) >= need {
                 return true;
             }
         }
@@ -700,17 +745,20 @@ impl ShmTransport {
         }
         // Every 64 polls: the slower checks.
         let now = Instant::now();
+        if w.since.is_none() {
+            w.colocated = self.colocated(tx, rx);
+        }
         let since = *w.since.get_or_insert(now);
         let dl = *deadline.get_or_insert_with(|| Deadline::after(self.timeout));
         self.check_abort()?;
-        if now.duration_since(since) < self.spin_time {
+        if !w.colocated && now.duration_since(since) < self.spin_time {
             std::hint::spin_loop();
             return Ok(());
         }
         if dl.expired() {
             return Err(dl.error(self.waiting_for(tag, tx, rx)));
         }
-        if w.yields < self.yields {
+        if w.yields < self.yields && !w.colocated {
             w.yields += 1;
             std::thread::yield_now();
             // Re-enter the slow checks on the next poll.
@@ -739,7 +787,11 @@ impl ShmTransport {
                 if !peer.watch {
                     continue;
                 }
-                if let Some(detail) = process_gone(peer.pid, peer.start) {
+                // What a peer published before it exited is still ours to
+                // read: only a wait that can no longer end is an error.
+                if let Some(detail) =
+                    process_gone(peer.pid, peer.start).filter(|_| !self.can_progress(tx, rx))
+                {
                     return Err(Error::PeerLost {
                         rank: p,
                         detail: format!(
@@ -754,6 +806,33 @@ impl ShmTransport {
             return Err(dl.error(self.waiting_for(tag, tx, rx)));
         }
         Ok(())
+    }
+
+    /// Records the CPU we run on, and tells whether a peer we wait for was
+    /// last seen waiting on the same one.
+    fn colocated(&mut self, tx: Option<&Tx<'_>>, rx: Option<&Rx<'_>>) -> bool {
+        // SAFETY: no preconditions; a vDSO/rseq read on Linux.
+        let cpu = unsafe { libc::sched_getcpu() };
+        let Ok(cpu) = u32::try_from(cpu) else {
+            return false;
+        };
+        let mine = cpu.wrapping_add(1);
+        if mine != self.cpu {
+            self.cpu = mine;
+            self.seg
+                .u32_at(self.layout.rank(self.rank) + R_CPU)
+                .store(mine, Ordering::Relaxed);
+        }
+        let peers = [
+            tx.filter(|t| !t.done()).map(|t| t.peer),
+            rx.filter(|r| r.stage != Stage::Done).map(|r| r.peer),
+        ];
+        peers.into_iter().flatten().any(|p| {
+            self.seg
+                .u32_at(self.layout.rank(p) + R_CPU)
+                .load(Ordering::Relaxed)
+                == mine
+        })
     }
 
     #[cold]
@@ -781,7 +860,11 @@ impl ShmTransport {
                 r.want
             ));
         }
-        format!("{} (rank {} over shared memory)", parts.join(" and "), self.rank)
+        format!(
+            "{} (rank {} over shared memory)",
+            parts.join(" and "),
+            self.rank
+        )
     }
 }
 
@@ -838,7 +921,7 @@ impl Transport for ShmTransport {
             let mut pending = false;
             if let Some(t) = tx.as_mut() {
                 if !t.done() {
-                    moved |= self.push(t);
+                    moved |= self.push(t)?;
                     pending |= !t.done();
                 }
             }
@@ -963,7 +1046,9 @@ fn create_segment(
     cap: usize,
 ) -> Result<(Segment, Layout, PathBuf, String)> {
     let layout = Layout::new(world, cap).ok_or_else(|| {
-        Error::InvalidArgument(format!("shared-memory segment for {world} ranks is too large"))
+        Error::InvalidArgument(format!(
+            "shared-memory segment for {world} ranks is too large"
+        ))
     })?;
     if !dir.is_dir() {
         return Err(shm_dir_missing(dir));
@@ -1007,10 +1092,13 @@ fn create_segment(
             return Err(Error::io(context, io::Error::from_raw_os_error(rc)));
         }
         let seg = Segment::map(&file, layout.total, &path)?;
-        seg.u32_at(OFF_VERSION).store(SEG_VERSION, Ordering::Relaxed);
+        seg.u32_at(OFF_VERSION)
+            .store(SEG_VERSION, Ordering::Relaxed);
         seg.u32_at(OFF_WORLD).store(world as u32, Ordering::Relaxed);
-        seg.u64_at(OFF_CAPACITY).store(cap as u64, Ordering::Relaxed);
-        seg.u64_at(OFF_TOTAL).store(layout.total as u64, Ordering::Relaxed);
+        seg.u64_at(OFF_CAPACITY)
+            .store(cap as u64, Ordering::Relaxed);
+        seg.u64_at(OFF_TOTAL)
+            .store(layout.total as u64, Ordering::Relaxed);
         for (i, chunk) in token.chunks_exact(8).enumerate() {
             let word = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
             seg.u64_at(OFF_TOKEN + 8 * i).store(word, Ordering::Relaxed);
@@ -1114,7 +1202,11 @@ fn open_segment(
                 && l.total == total
                 && total == len
         })
-        .ok_or_else(|| foreign(format!("inconsistent sizes (ring {cap}, total {total}, file {len})")))?;
+        .ok_or_else(|| {
+            foreign(format!(
+                "inconsistent sizes (ring {cap}, total {total}, file {len})"
+            ))
+        })?;
     Ok((seg, layout))
 }
 
@@ -1139,8 +1231,8 @@ fn read_proc_ids(seg: &Segment, layout: &Layout, r: usize) -> ProcIds {
 fn claim_rank(seg: &Segment, layout: &Layout, rank: usize) -> Result<()> {
     let base = layout.rank(rank);
     let pid = std::process::id();
-    // Start time and pid namespace first: peers read the slot only after the
-    // barrier, but a claimed pid should never come with stale companions.
+    // The start time tells a live process from a later one that reuses the
+    // pid; the pid namespace tells whether the pid means anything here.
     let start = proc_start_time("self").unwrap_or(0);
     let pidns = std::fs::read_link("/proc/self/ns/pid")
         .ok()
@@ -1158,6 +1250,8 @@ fn claim_rank(seg: &Segment, layout: &Layout, rank: usize) -> Result<()> {
             "rank {rank} is already attached to the shared-memory segment (pid {other}): two processes were given the same rank"
         )));
     }
+    // Claimed (so a second process given our rank fails instead of
+    // overwriting us); peers read the rest only after the barrier.
     seg.u64_at(base + R_START).store(start, Ordering::Release);
     seg.u64_at(base + R_PIDNS).store(pidns, Ordering::Release);
     Ok(())
@@ -1215,9 +1309,7 @@ fn process_gone(pid: u32, start: u64) -> Option<String> {
                 None
             }
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            Some(format!("process {pid} has exited"))
-        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Some(format!("process {pid} has exited")),
         Err(_) => {
             // No usable /proc: fall back to signal 0, which only tells
             // whether the pid exists.
@@ -1292,10 +1384,18 @@ mod tests {
         })
     }
 
+    /// Bytes that differ per rank, call and position (tiled from a block
+    /// with a prime length, so building 64 MiB is cheap in debug builds).
     fn pattern(rank: usize, seq: u32, len: usize) -> Vec<u8> {
-        (0..len)
-            .map(|i| (i as u32 ^ (rank as u32 * 131) ^ (seq * 7)) as u8)
-            .collect()
+        let block: Vec<u8> = (0..4099u32)
+            .map(|i| (i ^ (rank as u32 * 131) ^ (seq * 7)) as u8)
+            .collect();
+        let mut v = Vec::with_capacity(len);
+        while v.len() < len {
+            let take = block.len().min(len - v.len());
+            v.extend_from_slice(&block[..take]);
+        }
+        v
     }
 
     fn floats(rank: usize, n: usize) -> Vec<f32> {
@@ -1308,14 +1408,25 @@ mod tests {
         let float_counts = [0usize, 1, 7, 1000, (1 << 20) + 3];
         for world in [2, 3, 5] {
             with_ranks(world, Duration::from_secs(30), |mut t| {
-                let (me, next, prev) = (t.rank(), (t.rank() + 1) % world, (t.rank() + world - 1) % world);
+                let (me, next, prev) = (
+                    t.rank(),
+                    (t.rank() + 1) % world,
+                    (t.rank() + world - 1) % world,
+                );
                 let mut seq = 0;
                 for &len in &byte_sizes {
                     let send = pattern(me, seq, len);
                     let mut got = vec![0u8; len];
-                    t.exchange(&tag(seq, len), Some((next, &send)), Some((prev, Sink::Copy(&mut got))))
-                        .unwrap();
-                    assert!(got == pattern(prev, seq, len), "world {world} rank {me} len {len}");
+                    t.exchange(
+                        &tag(seq, len),
+                        Some((next, &send)),
+                        Some((prev, Sink::Copy(&mut got))),
+                    )
+                    .unwrap();
+                    assert!(
+                        got == pattern(prev, seq, len),
+                        "world {world} rank {me} len {len}"
+                    );
                     seq += 1;
                 }
                 for &n in &float_counts {
@@ -1351,8 +1462,12 @@ mod tests {
             let me = t.rank();
             let send = pattern(me, 9, len);
             let mut got = vec![0u8; len];
-            t.exchange(&tag(9, len), Some((1 - me, &send)), Some((1 - me, Sink::Copy(&mut got))))
-                .unwrap();
+            t.exchange(
+                &tag(9, len),
+                Some((1 - me, &send)),
+                Some((1 - me, Sink::Copy(&mut got))),
+            )
+            .unwrap();
             assert!(got == pattern(1 - me, 9, len));
         });
     }
@@ -1364,7 +1479,11 @@ mod tests {
         let (small, large) = (8, (1 << 20) + 8);
         with_ranks(4, Duration::from_secs(30), |mut t| {
             let world = 4;
-            let (me, next, prev) = (t.rank(), (t.rank() + 1) % world, (t.rank() + world - 1) % world);
+            let (me, next, prev) = (
+                t.rank(),
+                (t.rank() + 1) % world,
+                (t.rank() + world - 1) % world,
+            );
             let sends = [pattern(me, 0, small), pattern(me, 0, large)];
             let wants = [pattern(prev, 0, small), pattern(prev, 0, large)];
             let mut got = vec![0u8; large];
@@ -1373,23 +1492,33 @@ mod tests {
                 let which = usize::from(seq % 100 == 99);
                 let len = sends[which].len();
                 let sink = Sink::Copy(&mut got[..len]);
-                t.exchange(&tag(seq, len), Some((next, &sends[which])), Some((prev, sink)))
-                    .unwrap();
+                t.exchange(
+                    &tag(seq, len),
+                    Some((next, &sends[which])),
+                    Some((prev, sink)),
+                )
+                .unwrap();
                 assert!(got[..len] == wants[which]);
             }
         });
         let took = t0.elapsed();
-        // Collapsing into 50 ms futex time-outs would take ~100 s; spinning
-        // against descheduled peers, many seconds. Release builds take ~0.3 s.
-        assert!(took < Duration::from_secs(5), "{rounds} ring steps took {took:?}");
+        eprintln!("{rounds} ring steps of 4 ranks took {took:?}");
+        // Collapsing into 50 ms futex time-outs would take ~100 s, spinning
+        // against descheduled peers ~25 s (measured); this takes ~0.1 s.
+        assert!(
+            took < Duration::from_secs(5),
+            "{rounds} ring steps took {took:?}"
+        );
     }
 
     #[test]
     fn mismatched_tag_or_length_is_a_mismatch_on_the_receiver() {
         let out = with_ranks(2, Duration::from_secs(5), |mut t| {
             if t.rank() == 0 {
-                t.exchange(&tag(1, 4), Some((1, &[1, 2, 3, 4])), None).unwrap();
-                t.exchange(&tag(2, 4), Some((1, &[1, 2, 3, 4])), None).unwrap();
+                t.exchange(&tag(1, 4), Some((1, &[1, 2, 3, 4])), None)
+                    .unwrap();
+                t.exchange(&tag(2, 4), Some((1, &[1, 2, 3, 4])), None)
+                    .unwrap();
                 Ok(())
             } else {
                 let mut buf = [0u8; 4];
@@ -1404,7 +1533,8 @@ mod tests {
 
         let out = with_ranks(2, Duration::from_secs(5), |mut t| {
             if t.rank() == 0 {
-                t.exchange(&tag(1, 4), Some((1, &[1, 2, 3, 4])), None).map(|_| ())
+                t.exchange(&tag(1, 4), Some((1, &[1, 2, 3, 4])), None)
+                    .map(|_| ())
             } else {
                 let mut buf = [0u8; 3];
                 t.exchange(&tag(1, 4), None, Some((0, Sink::Copy(&mut buf))))
@@ -1412,7 +1542,10 @@ mod tests {
         });
         assert!(out[0].is_ok());
         let msg = out[1].as_ref().unwrap_err().to_string();
-        assert!(matches!(out[1], Err(Error::Mismatch(_))) && msg.contains("4 bytes"), "{msg}");
+        assert!(
+            matches!(out[1], Err(Error::Mismatch(_))) && msg.contains("4 bytes"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -1441,8 +1574,9 @@ mod tests {
                 }
                 other => panic!("expected PeerAborted, got {other:?}"),
             }
-            // 300 ms until the abort, then a futex wake: well under a second.
-            assert!(took < Duration::from_millis(800), "took {took:?}");
+            // 300 ms until the abort, then a futex wake; the 20 s timeout is
+            // far away (the slack is for busy machines).
+            assert!(took < Duration::from_millis(1500), "took {took:?}");
         }
     }
 
@@ -1464,7 +1598,10 @@ mod tests {
             other => panic!("expected Timeout, got {other:?}"),
         };
         assert!(msg.contains("rank 1 to send sendrecv#3"), "{msg}");
-        assert!(took >= Duration::from_millis(300) && took < Duration::from_millis(500), "{took:?}");
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_millis(1500),
+            "{took:?}"
+        );
     }
 
     #[test]
@@ -1492,7 +1629,10 @@ mod tests {
         store.set("x/shm/name", b"ringside-shm-feed").unwrap();
         let o = opts("x/", Duration::from_secs(5));
         let e = ShmTransport::connect_in(dir.path(), &store, 1, 2, &o, None).unwrap_err();
-        assert!(matches!(e, Error::Protocol(_)) && e.to_string().contains("bad magic"), "{e}");
+        assert!(
+            matches!(e, Error::Protocol(_)) && e.to_string().contains("bad magic"),
+            "{e}"
+        );
         // A name that is not ours at all is not even opened.
         store.set("y/shm/name", b"../etc/passwd").unwrap();
         let o = opts("y/", Duration::from_secs(5));
@@ -1512,9 +1652,13 @@ mod tests {
 
         let (seg, _, path, name) = create_segment(dir.path(), &o.token, 3, 4096).unwrap();
         let other = opts("k/", Duration::from_secs(5));
-        let e = open_segment(dir.path(), &name, "k", &other.token, 3).err().unwrap();
+        let e = open_segment(dir.path(), &name, "k", &other.token, 3)
+            .err()
+            .unwrap();
         assert!(matches!(e, Error::Auth(_)), "{e}");
-        let e = open_segment(dir.path(), &name, "k", &o.token, 2).err().unwrap();
+        let e = open_segment(dir.path(), &name, "k", &o.token, 2)
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("made for 3 ranks"), "{e}");
         drop(seg);
         std::fs::remove_file(path).unwrap();
@@ -1557,13 +1701,21 @@ mod tests {
                 let (store, o) = (&store, &o);
                 s.spawn(move || {
                     let mut t =
-                        ShmTransport::connect_with_ring_bytes(store, r, 2, o, MIN_RING_BYTES).unwrap();
-                    for (seq, len) in [3usize, 4000, 4096, 17, 100_000, 0, 5].into_iter().enumerate() {
+                        ShmTransport::connect_with_ring_bytes(store, r, 2, o, MIN_RING_BYTES)
+                            .unwrap();
+                    for (seq, len) in [3usize, 4000, 4096, 17, 100_000, 0, 5]
+                        .into_iter()
+                        .enumerate()
+                    {
                         let seq = seq as u32;
                         let send = pattern(r, seq, len);
                         let mut got = vec![0u8; len];
-                        t.exchange(&tag(seq, len), Some((1 - r, &send)), Some((1 - r, Sink::Copy(&mut got))))
-                            .unwrap();
+                        t.exchange(
+                            &tag(seq, len),
+                            Some((1 - r, &send)),
+                            Some((1 - r, Sink::Copy(&mut got))),
+                        )
+                        .unwrap();
                         assert!(got == pattern(1 - r, seq, len), "len {len}");
                     }
                 });
@@ -1621,7 +1773,12 @@ mod tests {
     const CHILD_ENV: &str = "RINGSIDE_SHM_TEST_CHILD";
 
     /// Starts this test binary again as rank 1, running `child_rank` in `role`.
-    fn spawn_child(role: &str, dir: &Path, o: &TransportOptions, extra: &[(&str, String)]) -> Child {
+    fn spawn_child(
+        role: &str,
+        dir: &Path,
+        o: &TransportOptions,
+        extra: &[(&str, String)],
+    ) -> Child {
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         cmd.args([
             "transport::shm::tests::child_rank",
@@ -1634,7 +1791,10 @@ mod tests {
         .env(CHILD_ENV, role)
         .env("RINGSIDE_SHM_TEST_DIR", dir)
         .env("RINGSIDE_SHM_TEST_TOKEN", hex(&o.token))
-        .env("RINGSIDE_SHM_TEST_TIMEOUT_MS", o.timeout.as_millis().to_string())
+        .env(
+            "RINGSIDE_SHM_TEST_TIMEOUT_MS",
+            o.timeout.as_millis().to_string(),
+        )
         .stdout(Stdio::null());
         for (k, v) in extra {
             cmd.env(k, v);
@@ -1648,7 +1808,10 @@ mod tests {
         for (i, b) in token.iter_mut().enumerate() {
             *b = u8::from_str_radix(&hex_token[2 * i..2 * i + 2], 16).unwrap();
         }
-        let ms = std::env::var("RINGSIDE_SHM_TEST_TIMEOUT_MS").unwrap().parse().unwrap();
+        let ms = std::env::var("RINGSIDE_SHM_TEST_TIMEOUT_MS")
+            .unwrap()
+            .parse()
+            .unwrap();
         TransportOptions {
             timeout: Duration::from_millis(ms),
             prefix: "p/".into(),
@@ -1677,9 +1840,16 @@ mod tests {
                 let rounds: u32 = std::env::var("ROUNDS").unwrap().parse().unwrap();
                 for seq in 0..rounds {
                     let mut buf = [0u8; 8];
-                    t.exchange(&tag(seq, 8), None, Some((0, Sink::Copy(&mut buf)))).unwrap();
+                    t.exchange(&tag(seq, 8), None, Some((0, Sink::Copy(&mut buf))))
+                        .unwrap();
                     t.exchange(&tag(seq, 8), Some((0, &buf)), None).unwrap();
                 }
+            }
+            // Send one message that fits in the ring, then exit at once.
+            "send-and-exit" => {
+                let msg = pattern(1, 5, 100_000);
+                t.exchange(&tag(5, msg.len()), Some((0, &msg)), None)
+                    .unwrap();
             }
             "bench" => bench_peer(&mut t),
             other => panic!("unknown child role {other}"),
@@ -1712,11 +1882,36 @@ mod tests {
         let (mut child, killed) = killer.join().unwrap();
         child.wait().unwrap();
         match r {
-            Err(Error::PeerLost { rank: 1, detail }) => assert!(detail.contains(&pid.to_string()), "{detail}"),
+            Err(Error::PeerLost { rank: 1, detail }) => {
+                assert!(detail.contains(&pid.to_string()), "{detail}")
+            }
             other => panic!("expected PeerLost, got {other:?}"),
         }
         let lag = noticed.saturating_duration_since(killed);
-        assert!(lag < Duration::from_secs(1), "noticed {lag:?} after the kill");
+        assert!(
+            lag < Duration::from_secs(1),
+            "noticed {lag:?} after the kill"
+        );
+    }
+
+    #[test]
+    fn data_published_by_an_exited_peer_is_still_delivered() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirStore {
+            dir: dir.path().into(),
+            timeout: Duration::from_secs(20),
+        };
+        let o = opts("p/", Duration::from_secs(20));
+        let mut child = spawn_child("send-and-exit", dir.path(), &o, &[]);
+        let mut t = ShmTransport::connect(&store, 0, 2, &o).unwrap();
+        assert!(child.wait().unwrap().success());
+        let mut got = vec![0u8; 100_000];
+        t.exchange(&tag(5, got.len()), None, Some((1, Sink::Copy(&mut got))))
+            .unwrap();
+        assert!(got == pattern(1, 5, 100_000));
+        // The next wait can never end: now the loss is reported.
+        let r = t.exchange(&tag(6, 1), None, Some((1, Sink::Copy(&mut [0u8]))));
+        assert!(matches!(r, Err(Error::PeerLost { rank: 1, .. })), "{r:?}");
     }
 
     #[test]
@@ -1730,22 +1925,29 @@ mod tests {
         let rounds = 20u32;
         let mut child = spawn_child("echo", dir.path(), &o, &[("ROUNDS", rounds.to_string())]);
         let mut t = ShmTransport::connect(&store, 0, 2, &o).unwrap();
-        let mut total = Duration::ZERO;
+        let mut trips = Vec::new();
         for seq in 0..rounds {
             // Long enough for the child to stop spinning and sleep on its futex.
             std::thread::sleep(Duration::from_millis(5));
             let t0 = Instant::now();
-            t.exchange(&tag(seq, 8), Some((1, &seq.to_le_bytes().repeat(2))), None).unwrap();
+            let msg = seq.to_le_bytes().repeat(2);
+            t.exchange(&tag(seq, 8), Some((1, &msg)), None).unwrap();
             let mut buf = [0u8; 8];
-            t.exchange(&tag(seq, 8), None, Some((1, Sink::Copy(&mut buf)))).unwrap();
-            total += t0.elapsed();
-            assert_eq!(buf, *seq.to_le_bytes().repeat(2));
+            t.exchange(&tag(seq, 8), None, Some((1, Sink::Copy(&mut buf))))
+                .unwrap();
+            trips.push(t0.elapsed());
+            assert_eq!(buf[..], msg[..]);
         }
         assert!(child.wait().unwrap().success());
-        // Without a cross-process wake each round would wait for the 50 ms
-        // sleep slice to run out (25 ms on average).
-        let mean = total / rounds;
-        assert!(mean < Duration::from_millis(5), "mean round trip {mean:?}");
+        // Without a cross-process wake every round would last until the
+        // child's 50 ms sleep slice ran out (~45 ms); the median shrugs off
+        // a busy machine's scheduling hiccups.
+        trips.sort();
+        let median = trips[trips.len() / 2];
+        assert!(
+            median < Duration::from_millis(15),
+            "median round trip {median:?}"
+        );
     }
 
     // ----- Benchmark -----------------------------------------------------------------
@@ -1753,57 +1955,82 @@ mod tests {
     const BENCH_LAT_SIZES: [usize; 4] = [8, 64, 512, 4096];
     const BENCH_BW_SIZES: [usize; 3] = [1 << 20, 4 << 20, 64 << 20];
 
-    fn bench_iters(size: usize) -> u32 {
+    /// (iterations per window, windows): the machine is shared, so we report
+    /// the best window (what the code can do) and the median window.
+    fn bench_windows(size: usize) -> (u32, usize) {
         match size {
-            s if s <= 4096 => 20_000,
-            s if s <= (4 << 20) => 200,
-            _ => 10,
+            s if s <= 4096 => (1000, 20),
+            s if s <= (1 << 20) => (10, 30),
+            s if s <= (4 << 20) => (5, 30),
+            _ => (1, 8),
         }
     }
 
-    /// Ping-pong then a 2-rank ring all-reduce (reduce-scatter + all-gather
-    /// halves over one pair of rings); both ranks run the same code.
+    fn best_and_median(mut w: Vec<Duration>) -> (Duration, Duration) {
+        w.sort();
+        (w[0], w[w.len() / 2])
+    }
+
+    /// Ping-pong, a simultaneous exchange, then a 2-rank ring all-reduce
+    /// (reduce-scatter + all-gather over one pair of rings); both ranks run
+    /// the same code.
     fn bench_run(t: &mut ShmTransport, report: bool) {
         let me = t.rank();
         let peer = 1 - me;
         let mut seq = 0u32;
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
         for &size in &BENCH_LAT_SIZES {
             let msg = vec![1u8; size];
             let mut buf = vec![0u8; size];
-            let iters = bench_iters(size);
-            let mut one = |t: &mut ShmTransport, seq: u32| {
+            let (iters, windows) = bench_windows(size);
+            let mut ping_pong = |t: &mut ShmTransport, seq: u32| {
                 let tg = tag(seq, size);
                 if me == 0 {
                     t.exchange(&tg, Some((peer, &msg)), None).unwrap();
-                    t.exchange(&tg, None, Some((peer, Sink::Copy(&mut buf)))).unwrap();
+                    t.exchange(&tg, None, Some((peer, Sink::Copy(&mut buf))))
+                        .unwrap();
                 } else {
-                    t.exchange(&tg, None, Some((peer, Sink::Copy(&mut buf)))).unwrap();
+                    t.exchange(&tg, None, Some((peer, Sink::Copy(&mut buf))))
+                        .unwrap();
                     t.exchange(&tg, Some((peer, &msg)), None).unwrap();
                 }
             };
-            for _ in 0..1000 {
-                one(t, seq);
-                seq += 1;
+            let mut pp = Vec::new();
+            for w in 0..=windows {
+                let t0 = Instant::now();
+                for _ in 0..iters {
+                    ping_pong(t, seq);
+                    seq += 1;
+                }
+                if w > 0 {
+                    pp.push(t0.elapsed() / iters / 2);
+                }
             }
-            let t0 = Instant::now();
-            for _ in 0..iters {
-                one(t, seq);
-                seq += 1;
-            }
-            let pp = t0.elapsed() / iters / 2;
             // Both ranks send and receive at once: a 2-rank small all-reduce.
-            let t0 = Instant::now();
-            for _ in 0..iters {
-                let sink = Sink::Copy(&mut buf);
-                t.exchange(&tag(seq, size), Some((peer, &msg)), Some((peer, sink))).unwrap();
-                seq += 1;
+            let mut ex = Vec::new();
+            for _ in 0..windows {
+                let t0 = Instant::now();
+                for _ in 0..iters {
+                    let sink = Sink::Reduce {
+                        dst: &mut buf,
+                        dtype: DType::F32,
+                        op: ReduceOp::Sum,
+                    };
+                    t.exchange(&tag(seq, size), Some((peer, &msg)), Some((peer, sink)))
+                        .unwrap();
+                    seq += 1;
+                }
+                ex.push(t0.elapsed() / iters);
             }
-            let ex = t0.elapsed() / iters;
+            let (pp, ex) = (best_and_median(pp), best_and_median(ex));
             if report {
                 println!(
-                    "latency {size:>6} B: one-way (ping-pong/2) {:>7.2} us, sendrecv exchange {:>7.2} us",
-                    pp.as_secs_f64() * 1e6,
-                    ex.as_secs_f64() * 1e6
+                    "latency {size:>6} B: one-way (ping-pong/2) best {:>6.2} us median {:>6.2} us | \
+                     exchange+reduce best {:>6.2} us median {:>6.2} us",
+                    us(pp.0),
+                    us(pp.1),
+                    us(ex.0),
+                    us(ex.1)
                 );
             }
         }
@@ -1812,48 +2039,79 @@ mod tests {
             let half = n / 2;
             let input: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
             let mut data = input.clone();
-            let iters = bench_iters(size);
+            let (iters, windows) = bench_windows(size);
             let mut times = Vec::new();
-            for it in 0..iters + 2 {
-                data.copy_from_slice(&input);
-                let t0 = Instant::now();
-                let (lo, hi) = data.split_at_mut(half);
-                let (mine, theirs) = if me == 0 { (lo, hi) } else { (hi, lo) };
-                // Reduce-scatter: send the peer's half, reduce ours in place.
-                let sink = Sink::Reduce {
-                    dst: bytemuck::cast_slice_mut(mine),
-                    dtype: DType::F32,
-                    op: ReduceOp::Sum,
-                };
-                let tg = f32_tag(seq, n);
-                t.exchange(&tg, Some((peer, bytemuck::cast_slice(theirs))), Some((peer, sink)))
+            for w in 0..=windows {
+                let mut spent = Duration::ZERO;
+                for _ in 0..iters {
+                    data.copy_from_slice(&input);
+                    let t0 = Instant::now();
+                    let (lo, hi) = data.split_at_mut(half);
+                    let (mine, theirs) = if me == 0 { (lo, hi) } else { (hi, lo) };
+                    // Reduce-scatter: send the peer's half, reduce ours in place.
+                    let sink = Sink::Reduce {
+                        dst: bytemuck::cast_slice_mut(mine),
+                        dtype: DType::F32,
+                        op: ReduceOp::Sum,
+                    };
+                    let tg = f32_tag(seq, n);
+                    t.exchange(
+                        &tg,
+                        Some((peer, bytemuck::cast_slice(theirs))),
+                        Some((peer, sink)),
+                    )
                     .unwrap();
-                // All-gather: send our reduced half, receive theirs.
-                let sink = Sink::Copy(bytemuck::cast_slice_mut(theirs));
-                t.exchange(&f32_tag(seq + 1, n), Some((peer, bytemuck::cast_slice(mine))), Some((peer, sink)))
+                    // All-gather: send our reduced half, receive theirs.
+                    let sink = Sink::Copy(bytemuck::cast_slice_mut(theirs));
+                    let tg = f32_tag(seq + 1, n);
+                    t.exchange(
+                        &tg,
+                        Some((peer, bytemuck::cast_slice(mine))),
+                        Some((peer, sink)),
+                    )
                     .unwrap();
-                seq += 2;
-                if it >= 2 {
-                    times.push(t0.elapsed());
+                    seq += 2;
+                    spent += t0.elapsed();
+                }
+                if w > 0 {
+                    times.push(spent / iters);
                 }
                 assert!(data.iter().zip(&input).all(|(d, i)| *d == 2.0 * i));
             }
-            times.sort();
-            let med = times[times.len() / 2];
+            let (best, med) = best_and_median(times);
             if report {
+                let gbs = |d: Duration| size as f64 / d.as_secs_f64() / 1e9;
                 println!(
-                    "all_reduce-like {:>3} MiB: median {:>9.1} us, min {:>9.1} us, busbw {:>6.2} GB/s (median) {:>6.2} GB/s (best)",
+                    "all_reduce-like {:>3} MiB: best {:>8.1} us median {:>8.1} us | \
+                     busbw best {:>6.2} GB/s median {:>6.2} GB/s",
                     size >> 20,
-                    med.as_secs_f64() * 1e6,
-                    times[0].as_secs_f64() * 1e6,
-                    size as f64 / med.as_secs_f64() / 1e9,
-                    size as f64 / times[0].as_secs_f64() / 1e9
+                    us(best),
+                    us(med),
+                    gbs(best),
+                    gbs(med)
                 );
             }
         }
     }
 
+    /// Pins the calling thread to one CPU, as `mpirun --bind-to core` does
+    /// for the MPI numbers we compare with: two ranks sharing a core would
+    /// measure the scheduler, not the transport.
+    fn pin_to_cpu(cpu: usize) {
+        // SAFETY: a zeroed cpu_set_t is valid; the libc macros index within it.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            assert_eq!(
+                libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
+                0
+            );
+        }
+    }
+
     fn bench_peer(t: &mut ShmTransport) {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        pin_to_cpu(1 % cores);
         bench_run(t, false);
     }
 
@@ -1872,7 +2130,12 @@ mod tests {
             .unwrap_or(DEFAULT_RING_BYTES);
         let mut child = spawn_child("bench", dir.path(), &o, &[]);
         let mut t = ShmTransport::connect_with_ring_bytes(&store, 0, 2, &o, ring).unwrap();
-        println!("shm transport, 2 processes, ring {} KiB, chunk {} KiB", ring >> 10, t.chunk >> 10);
+        pin_to_cpu(0);
+        println!(
+            "shm transport, 2 processes, ring {} KiB, chunk {} KiB",
+            ring >> 10,
+            t.chunk >> 10
+        );
         bench_run(&mut t, true);
         assert!(child.wait().unwrap().success());
     }
