@@ -29,7 +29,7 @@
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
@@ -84,6 +84,9 @@ pub struct TcpTransport {
     /// Indexed by rank; `None` at our own rank.
     peers: Vec<Option<Peer>>,
     timeout: Duration,
+    /// How long to busy-poll before sleeping in `poll` (zero when ranks
+    /// outnumber cores, where spinning would steal the peer's CPU).
+    spin: Duration,
     /// Reused receive buffer for reductions and small messages.
     staging: Vec<u8>,
     /// Why the transport can no longer be used: an exchange failed part-way
@@ -206,6 +209,7 @@ impl TcpTransport {
             world_size,
             peers,
             timeout: opts.timeout,
+            spin: spin_budget(world_size),
             staging: vec![0; STAGING_LEN],
             broken: None,
             aborted: false,
@@ -307,6 +311,7 @@ impl Transport for TcpTransport {
             inc.as_mut(),
             &mut self.staging,
             self.timeout,
+            self.spin,
         );
         if let Err(e) = &result {
             if let Some(o) = out.as_ref().filter(|o| o.sent > 0 && !o.done()) {
@@ -528,9 +533,14 @@ fn progress_loop(
     mut inc: Option<&mut Incoming<'_>>,
     staging: &mut [u8],
     timeout: Duration,
+    spin: Duration,
 ) -> Result<()> {
     let mut try_send = true;
     let mut try_recv = true;
+    // When we first find nothing to do, retry the non-blocking calls for up to
+    // `spin` before sleeping in poll: on loopback a reply usually lands within
+    // microseconds, while a sleep/wake round trip costs tens of them on a VM.
+    let mut spin_until: Option<Instant> = None;
     // Created only when we first have to wait, so the fast path skips the clock.
     let mut deadline: Option<Deadline> = None;
     let mut moved_before = usize::MAX;
@@ -566,6 +576,14 @@ fn progress_loop(
         };
         if dl.expired() {
             return Err(dl.error(waiting_for(tag, out.as_deref(), inc.as_deref())));
+        }
+        if !spin.is_zero()
+            && *spin_until.get_or_insert_with(|| Instant::now() + spin) > Instant::now()
+        {
+            std::hint::spin_loop();
+            try_send = send_pending;
+            try_recv = recv_pending;
+            continue;
         }
 
         let mut fds = [libc::pollfd {
@@ -848,6 +866,17 @@ fn lost_or_io(peer: usize, e: io::Error, doing: String) -> Error {
         }
     } else {
         Error::io(format!("{doing} (rank {peer})"), e)
+    }
+}
+
+/// Busy-poll budget: 50 µs while every rank can have a core of its own
+/// (judged by the world size against this host's cores), none otherwise.
+fn spin_budget(world_size: usize) -> Duration {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if world_size <= cores {
+        Duration::from_micros(50)
+    } else {
+        Duration::ZERO
     }
 }
 
