@@ -12,7 +12,8 @@ pub fn check(root: &Path) -> Result<()> {
     let mut problems = Vec::new();
     let mut includes = 0;
     for page in markdown_files(&src)? {
-        let text = std::fs::read_to_string(&page).with_context(|| format!("reading {}", page.display()))?;
+        let text = std::fs::read_to_string(&page)
+            .with_context(|| format!("reading {}", page.display()))?;
         for (line_no, line) in text.lines().enumerate() {
             let mut rest = line;
             while let Some(start) = rest.find("{{#include ") {
@@ -27,23 +28,37 @@ pub fn check(root: &Path) -> Result<()> {
                     None => (target, None),
                 };
                 let path = page.parent().unwrap_or(&src).join(file);
-                let where_ = format!("{}:{}", page.strip_prefix(root).unwrap_or(&page).display(), line_no + 1);
+                let where_ = format!(
+                    "{}:{}",
+                    page.strip_prefix(root).unwrap_or(&page).display(),
+                    line_no + 1
+                );
                 let Ok(code) = std::fs::read_to_string(&path) else {
                     problems.push(format!("{where_}: {file} does not exist"));
                     continue;
                 };
                 if let Some(a) = anchor {
-                    let opened = code.lines().any(|l| l.trim_end().ends_with(&format!("ANCHOR: {a}")));
-                    let closed = code.lines().any(|l| l.trim_end().ends_with(&format!("ANCHOR_END: {a}")));
+                    let opened = code
+                        .lines()
+                        .any(|l| l.trim_end().ends_with(&format!("ANCHOR: {a}")));
+                    let closed = code
+                        .lines()
+                        .any(|l| l.trim_end().ends_with(&format!("ANCHOR_END: {a}")));
                     if !(opened && closed) {
-                        problems.push(format!("{where_}: anchor {a:?} is not defined (ANCHOR / ANCHOR_END) in {file}"));
+                        problems.push(format!(
+                            "{where_}: anchor {a:?} is not defined (ANCHOR / ANCHOR_END) in {file}"
+                        ));
                     }
                 }
             }
         }
     }
     if !problems.is_empty() {
-        bail!("{} broken book include(s):\n  {}", problems.len(), problems.join("\n  "));
+        bail!(
+            "{} broken book include(s):\n  {}",
+            problems.len(),
+            problems.join("\n  ")
+        );
     }
     println!("book-check: {includes} includes, all resolve");
     Ok(())
@@ -70,7 +85,11 @@ mod tests {
     fn a_missing_anchor_is_reported() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("book/src")).unwrap();
-        std::fs::write(dir.path().join("code.rs"), "// ANCHOR: here\nfn f() {}\n// ANCHOR_END: here\n").unwrap();
+        std::fs::write(
+            dir.path().join("code.rs"),
+            "// ANCHOR: here\nfn f() {}\n// ANCHOR_END: here\n",
+        )
+        .unwrap();
         let page = dir.path().join("book/src/p.md");
         std::fs::write(&page, "{{#include ../../code.rs:here}}\n").unwrap();
         check(dir.path()).unwrap();

@@ -585,9 +585,16 @@ fn ensure_links(root: &Path, torch: &Torch) -> Result<String> {
     let dir = root.join(LINK_DIR);
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut changed = ensure_link(&dir.join("libtorch"), &torch.torch_dir)?;
-    changed |= ensure_link(&dir.join("python"), &torch.venv.join("bin/python"))?;
+    // The venv folder itself, not its interpreter: Python finds its venv by
+    // looking for pyvenv.cfg above the path it was started by, so a link to
+    // bin/python would start a Python without torch.
+    changed |= ensure_link(&dir.join("venv"), &torch.venv)?;
+    let stale = dir.join("python");
+    if fs::symlink_metadata(&stale).is_ok_and(|m| m.file_type().is_symlink()) {
+        fs::remove_file(&stale).with_context(|| format!("removing {}", stale.display()))?;
+    }
     Ok(if changed {
-        format!("linked {LINK_DIR}/libtorch and {LINK_DIR}/python")
+        format!("linked {LINK_DIR}/libtorch and {LINK_DIR}/venv")
     } else {
         format!("{LINK_DIR}/ links in place")
     })

@@ -342,6 +342,14 @@ impl RankInfo {
         let master_port = match overrides.master_port {
             Some(p) => p,
             None => match number::<u16>(get, "MASTER_PORT")? {
+                // torchrun's agent already serves its own (c10d) store on
+                // MASTER_PORT, so ringside's store takes the next port.
+                Some(p) if torchrun_agent_store(get) => p.checked_add(1).ok_or_else(|| {
+                    Error::Rendezvous(
+                        "MASTER_PORT=65535 leaves no port for ringside's store next to torchrun's"
+                            .into(),
+                    )
+                })?,
                 Some(p) => p,
                 None if launcher == Launcher::Single && world_size == 1 => 0,
                 None => DEFAULT_MASTER_PORT,
@@ -383,6 +391,13 @@ impl RankInfo {
     pub fn launched_from_env() -> Result<bool> {
         Ok(detect(&env_var)?.is_some())
     }
+}
+
+/// Whether torchrun's agent hosts a store on MASTER_PORT (it does for the
+/// default static and c10d rendezvous and says so in this variable).
+fn torchrun_agent_store(get: &dyn Fn(&str) -> Option<String>) -> bool {
+    get("TORCHELASTIC_RUN_ID").is_some()
+        && get("TORCHELASTIC_USE_AGENT_STORE").is_some_and(|v| v.eq_ignore_ascii_case("true"))
 }
 
 fn slurm_master(get: Get<'_>, launcher: Launcher) -> Result<Option<String>> {
@@ -568,6 +583,10 @@ mod tests {
         let i = info(&base).unwrap();
         assert_eq!(i.launcher, Launcher::Torchrun);
         assert_eq!((i.rank, i.world_size, i.master_port), (1, 2, 29400));
+        // Regression: under torchrun's agent store, MASTER_PORT is taken by torchrun.
+        let mut agent = base.to_vec();
+        agent.push(("TORCHELASTIC_USE_AGENT_STORE", "True"));
+        assert_eq!(info(&agent).unwrap().master_port, 29401);
         let mut other = base;
         other[6] = ("TORCHELASTIC_RUN_ID", "xyz");
         assert_ne!(info(&other).unwrap().token, i.token);

@@ -2,7 +2,7 @@
 //!
 //! - [`store`]: the TCP key-value store rank 0 hosts (set / get / wait / add,
 //!   every wait with a timeout, a job token checked on every connection).
-//! - [`env`]: who am I — rank, world size and master address from torchrun,
+//! - [`env`](mod@env): who am I — rank, world size and master address from torchrun,
 //!   OpenMPI, MPICH/PMI or Slurm variables, with explicit arguments on top.
 //! - [`KeyValue`]: the trait transports use, so they can be tested against the
 //!   in-process [`MemStore`] as well as the real store.
