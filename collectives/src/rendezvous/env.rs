@@ -33,7 +33,9 @@ use std::time::Duration;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::rendezvous::KeyValue;
-use crate::rendezvous::store::{StoreServer, TOKEN_VAR, TcpStore, Token, env_var, join};
+use crate::rendezvous::store::{
+    StoreServer, TOKEN_VAR, TcpStore, Token, arrive, await_arrivals, env_var, join,
+};
 
 /// The default `MASTER_ADDR`.
 pub const DEFAULT_MASTER_ADDR: &str = "127.0.0.1";
@@ -515,14 +517,27 @@ impl Rendezvous {
         self.server.is_some()
     }
 
-    /// A closing barrier: waits (up to `timeout`) until every rank is done
-    /// with the store, then drops it — so rank 0 does not pull the store from
-    /// under ranks still using it.
+    /// Leaves the job's store without pulling it from under anyone: every
+    /// other rank says it is done with the store and leaves at once; rank 0,
+    /// which hosts it, waits (up to `timeout`) for all of them before dropping it.
     pub fn close(self, timeout: Duration) -> Result<()> {
-        join(
+        const PREFIX: &str = "ringside/rendezvous/close";
+        if !self.is_host() {
+            // After this `add` returns this rank never touches the store again,
+            // so the host may stop serving the moment it has counted us.
+            arrive(&self.store, PREFIX, self.info.rank)?;
+            return Ok(());
+        }
+        // Our own marker only, not the count: a timeout then names just the others.
+        self.store
+            .add(&format!("{PREFIX}/rank/{}", self.info.rank), 1)?;
+        let arrived = self.store.add(&format!("{PREFIX}/count"), 0)?;
+        let others = self.info.world_size.saturating_sub(1);
+        await_arrivals(
             &self.store,
-            "ringside/rendezvous/close",
-            self.info.rank,
+            PREFIX,
+            arrived,
+            others,
             self.info.world_size,
             timeout,
         )
@@ -859,5 +874,44 @@ mod tests {
         };
         let e = connect(&i, Duration::from_millis(300)).unwrap_err();
         assert!(e.to_string().contains("ranks [1] to join"), "{e}");
+    }
+
+    /// Regression: rank 0 left the closing barrier and dropped the store while
+    /// a rank that had arrived earlier was still polling it ("the store ...
+    /// closed the connection"), failing a finished job under load.
+    #[test]
+    fn close_does_not_pull_the_store_from_a_rank_still_leaving() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let t = Token::generate().unwrap();
+        let results: Vec<Result<()>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|rank| {
+                    s.spawn(move || {
+                        let i = RankInfo {
+                            rank,
+                            world_size: 4,
+                            local_rank: rank,
+                            local_world_size: 4,
+                            master_addr: "127.0.0.1".into(),
+                            master_port: port,
+                            token: t,
+                            launcher: Launcher::Ringside,
+                        };
+                        let r = connect(&i, Duration::from_secs(5))?;
+                        // Ranks reach the end at different times.
+                        std::thread::sleep(Duration::from_millis(40 * rank as u64));
+                        r.close(Duration::from_secs(5))
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (rank, r) in results.into_iter().enumerate() {
+            assert!(r.is_ok(), "rank {rank}: {r:?}");
+        }
     }
 }

@@ -1074,23 +1074,41 @@ pub fn join(
             "rank {rank} is out of range for a world of {world_size} ranks"
         )));
     }
+    let arrived = arrive(store, prefix, rank)?;
+    await_arrivals(store, prefix, arrived, world_size, world_size, timeout)
+}
+
+/// Marks `rank` as arrived at barrier `prefix`; returns how many have arrived.
+pub(crate) fn arrive(store: &dyn KeyValue, prefix: &str, rank: usize) -> Result<i64> {
+    // Per-rank markers let a timed-out barrier say who is missing.
+    store.add(&format!("{prefix}/rank/{rank}"), 1)?;
+    store.add(&format!("{prefix}/count"), 1)
+}
+
+/// Waits until `expected` ranks (of `world_size`) have arrived at `prefix`,
+/// naming the missing ones on timeout.
+pub(crate) fn await_arrivals(
+    store: &dyn KeyValue,
+    prefix: &str,
+    mut arrived: i64,
+    expected: usize,
+    world_size: usize,
+    timeout: Duration,
+) -> Result<()> {
     let deadline = Deadline::after(timeout);
     let count_key = format!("{prefix}/count");
-    // Per-rank markers let a timed-out barrier say who is missing; `add` (not
-    // `get`) reads them because `get` would wait for absent keys.
-    store.add(&format!("{prefix}/rank/{rank}"), 1)?;
-    let mut arrived = store.add(&count_key, 1)?;
     let mut pause = Duration::from_millis(1);
-    while arrived < world_size as i64 {
+    while arrived < expected as i64 {
         if deadline.expired() {
             let mut missing = Vec::new();
             for r in 0..world_size {
+                // `add` (not `get`) reads markers: `get` would wait for absent keys.
                 if store.add(&format!("{prefix}/rank/{r}"), 0)? == 0 {
                     missing.push(r);
                 }
             }
             return Err(deadline.error(format!(
-                "ranks {missing:?} to join (barrier {prefix:?}: {arrived} of {world_size} arrived)"
+                "ranks {missing:?} to join (barrier {prefix:?}: {arrived} of {expected} arrived)"
             )));
         }
         std::thread::sleep(pause.min(deadline.remaining()));
