@@ -49,6 +49,70 @@ pub fn communicator(
     })
 }
 
+/// The flags every rank-running subcommand shares.
+#[derive(Debug, clap::Args)]
+pub struct JobArgs {
+    /// Local ranks to spawn (ignored under a launcher such as torchrun or mpirun).
+    #[arg(long, default_value_t = 2)]
+    pub nproc: usize,
+    /// Backend: reference, gloo, mpi or nccl.
+    #[arg(long, default_value = "reference", value_parser = parse_backend)]
+    pub backend: Backend,
+    /// Reference backend transport: auto, tcp or shm.
+    #[arg(long, default_value = "auto", value_parser = parse_transport)]
+    pub transport: TransportKind,
+    /// all_reduce algorithm: auto, ring, halving-doubling, recursive-doubling, tree.
+    #[arg(long, default_value = "auto", value_parser = parse_algo)]
+    pub algo: Algo,
+    /// Seconds any single wait may take.
+    #[arg(long, default_value_t = 120.0)]
+    pub timeout: f64,
+}
+
+/// A rank of the job, with its communicator.
+pub struct Joined {
+    /// The job's store (close it when done).
+    pub rdv: Box<Rendezvous>,
+    /// The communicator the flags asked for.
+    pub comm: Box<dyn Communicator>,
+    /// The per-wait timeout.
+    pub timeout: Duration,
+}
+
+impl JobArgs {
+    /// Starts or joins the job and connects the communicator; `Err(code)` when
+    /// this process was the launcher and the job is over.
+    pub fn join(&self, prefix: &str) -> anyhow::Result<Result<Joined, i32>> {
+        let timeout = Duration::try_from_secs_f64(self.timeout)
+            .context("--timeout must be a non-negative number of seconds")?;
+        let rdv = match start(self.nproc, timeout)? {
+            Start::Done(code) => return Ok(Err(code)),
+            Start::Rank(r) => r,
+        };
+        let comm = communicator(
+            &rdv,
+            self.backend,
+            self.transport,
+            self.algo,
+            timeout,
+            prefix,
+        )?;
+        Ok(Ok(Joined { rdv, comm, timeout }))
+    }
+}
+
+pub fn parse_backend(s: &str) -> Result<Backend, String> {
+    Backend::parse(s).ok_or_else(|| format!("unknown backend {s:?} (reference, gloo, mpi, nccl)"))
+}
+pub fn parse_transport(s: &str) -> Result<TransportKind, String> {
+    TransportKind::parse(s).ok_or_else(|| format!("unknown transport {s:?} (auto, tcp, shm)"))
+}
+pub fn parse_algo(s: &str) -> Result<Algo, String> {
+    Algo::parse(s).ok_or_else(|| {
+        format!("unknown algorithm {s:?} (auto, ring, halving-doubling, recursive-doubling, tree)")
+    })
+}
+
 /// Parses `8`, `4K`, `1M`, `64MiB`, `1G` into bytes (powers of 1024, as nccl-tests).
 pub fn parse_size(s: &str) -> Result<usize, String> {
     let t = s.trim().to_ascii_uppercase();

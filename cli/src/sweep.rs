@@ -1,32 +1,19 @@
 //! `ringside sweep`: time all_reduce across sizes with the nccl-tests rule and
 //! print a table (or JSON lines, the format the peer programs share).
 
-use std::time::Duration;
-
 use clap::Args;
 use collectives::Backend;
 use collectives::algorithms::Algo;
 use collectives::bench::{self, Measurement};
-use collectives::transport::TransportKind;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::job::{self, Start, human, parse_size};
+use crate::job::{JobArgs, Joined, human, parse_size};
 
 /// Flags follow nccl-tests where they overlap.
 #[derive(Debug, Args)]
 pub struct SweepArgs {
-    /// Local ranks to spawn (ignored under a launcher such as torchrun or mpirun).
-    #[arg(long, default_value_t = 2)]
-    pub nproc: usize,
-    /// Backend to time.
-    #[arg(long, default_value = "reference", value_parser = parse_backend)]
-    pub backend: Backend,
-    /// Reference backend transport: auto, tcp or shm.
-    #[arg(long, default_value = "auto", value_parser = parse_transport)]
-    pub transport: TransportKind,
-    /// all_reduce algorithm: auto, ring, halving-doubling, recursive-doubling, tree.
-    #[arg(long, default_value = "auto", value_parser = parse_algo)]
-    pub algo: Algo,
+    #[command(flatten)]
+    pub job: JobArgs,
     /// Smallest message (bytes; K/M/G suffixes).
     #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = parse_size)]
     pub min_bytes: usize,
@@ -45,21 +32,6 @@ pub struct SweepArgs {
     /// Print one JSON object per size instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// Seconds any single wait may take.
-    #[arg(long, default_value_t = 120.0)]
-    pub timeout: f64,
-}
-
-pub fn parse_backend(s: &str) -> Result<Backend, String> {
-    Backend::parse(s).ok_or_else(|| format!("unknown backend {s:?} (reference, gloo, mpi, nccl)"))
-}
-pub fn parse_transport(s: &str) -> Result<TransportKind, String> {
-    TransportKind::parse(s).ok_or_else(|| format!("unknown transport {s:?} (auto, tcp, shm)"))
-}
-pub fn parse_algo(s: &str) -> Result<Algo, String> {
-    Algo::parse(s).ok_or_else(|| {
-        format!("unknown algorithm {s:?} (auto, ring, halving-doubling, recursive-doubling, tree)")
-    })
 }
 
 /// The table header nccl-tests users expect.
@@ -87,23 +59,14 @@ pub fn table_row(m: &Measurement) -> String {
 }
 
 pub fn run(args: SweepArgs) -> anyhow::Result<i32> {
-    let timeout = Duration::try_from_secs_f64(args.timeout)?;
-    let rdv = match job::start(args.nproc, timeout)? {
-        Start::Done(code) => return Ok(code),
-        Start::Rank(r) => r,
+    let Joined { rdv, comm, timeout } = match args.job.join("sweep/")? {
+        Ok(j) => j,
+        Err(code) => return Ok(code),
     };
-    let comm = job::communicator(
-        &rdv,
-        args.backend,
-        args.transport,
-        args.algo,
-        timeout,
-        "sweep/",
-    )?;
     let lead = comm.rank() == 0;
-    let name = match (args.backend, args.algo) {
-        (Backend::Reference, Algo::Auto) => format!("ringside-{}", args.transport.name()),
-        (Backend::Reference, a) => format!("ringside-{}-{}", args.transport.name(), a.name()),
+    let name = match (args.job.backend, args.job.algo) {
+        (Backend::Reference, Algo::Auto) => format!("ringside-{}", args.job.transport.name()),
+        (Backend::Reference, a) => format!("ringside-{}-{}", args.job.transport.name(), a.name()),
         (b, _) => format!("ringside-{b}"),
     };
     let sizes = bench::sizes(args.min_bytes.max(4), args.max_bytes, args.factor);

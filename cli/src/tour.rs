@@ -85,11 +85,11 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         }
         failed += report.failures.len();
         say(format!(
-            "   {:>3}: {} cases (10 collectives x dtypes x ops x sizes x in/out-of-place), {} wrong, {:.1}s",
+            "   {:>3}: {} cases (10 collectives x dtypes x ops x sizes x in/out-of-place), {} wrong, {:.0} ms",
             t.name(),
             report.cases,
             report.failures.len(),
-            started.elapsed().as_secs_f64()
+            started.elapsed().as_secs_f64() * 1e3
         ));
     }
 

@@ -2,6 +2,10 @@
 //! use, an unreachable master, a wrong world size, a wrong job token. Each must
 //! end in a clear error within the configured timeout (+2 s), never a hang.
 
+mod common;
+
+use common::{alive, finish};
+
 use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -32,24 +36,6 @@ fn rank(rank: usize, world: usize, port: u16, token: &str, args: &[&str]) -> Chi
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
-}
-
-/// Waits for `child` at most `limit`, killing it and failing the test after that.
-fn finish(mut child: Child, limit: Duration) -> (Output, Duration) {
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > limit {
-            child.kill().unwrap();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "still running after {limit:?}; stderr:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let took = start.elapsed();
-    (child.wait_with_output().unwrap(), took)
 }
 
 fn text(o: &Output) -> String {
@@ -145,17 +131,6 @@ fn children_of(pid: u32) -> Vec<u32> {
         }
     }
     out
-}
-
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            !matches!(
-                s.rsplit_once(") ").and_then(|(_, r)| r.chars().next()),
-                Some('Z' | 'X')
-            )
-        })
-        .unwrap_or(false)
 }
 
 #[test]

@@ -1,7 +1,11 @@
 //! `ringside launch` end to end: real processes, `sh -c` ranks.
 
+mod common;
+
+use common::{alive, finish};
+
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const RINGSIDE: &str = env!("CARGO_BIN_EXE_ringside");
@@ -18,39 +22,8 @@ fn launcher(dir: &Path, args: &[&str]) -> Command {
     c
 }
 
-/// Waits for the launcher, killing it if it takes longer than `limit`.
-fn finish(mut child: Child, limit: Duration) -> (Output, Duration) {
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > limit {
-            child.kill().unwrap();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "launcher still running after {limit:?}; stderr:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let took = start.elapsed();
-    (child.wait_with_output().unwrap(), took)
-}
-
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Whether `pid` is a live process (zombies count as gone: they run nothing).
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => false,
-        Ok(stat) => {
-            let state = stat
-                .rsplit_once(") ")
-                .and_then(|(_, rest)| rest.chars().next());
-            !matches!(state, Some('Z') | Some('X'))
-        }
-    }
 }
 
 /// The pids the ranks wrote to `*.pid` files in `dir`.

@@ -253,6 +253,25 @@ fn compare(what: &str, got: &[u8], want: &[u8], esize: usize) -> std::result::Re
     ))
 }
 
+/// The output buffer for a case whose output has the input's shape: the input
+/// itself for the in-place form, zeros otherwise.
+fn output_like(c: &Case, input: &Aligned) -> Aligned {
+    if c.in_place {
+        Aligned::from(input.bytes())
+    } else {
+        Aligned::zeros(input.1)
+    }
+}
+
+/// The collective's input argument: `InPlace`, or a view of `input`.
+fn input_arg<'a>(c: &Case, input: &'a Aligned) -> Result<Input<'a>> {
+    Ok(if c.in_place {
+        Input::InPlace
+    } else {
+        Input::Buffer(Buffer::from_bytes(c.dtype, input.bytes())?)
+    })
+}
+
 /// Runs one case; `Ok(Err(_))` is a wrong result, `Err(_)` a communicator error.
 fn run_case(comm: &dyn Communicator, c: &Case) -> Result<std::result::Result<(), String>> {
     let (me, n) = (comm.rank(), comm.world_size());
@@ -264,32 +283,16 @@ fn run_case(comm: &dyn Communicator, c: &Case) -> Result<std::result::Result<(),
         Collective::AllReduce => {
             let want = c.reduced(n, count);
             let input = Aligned::from(&c.input(me, count));
-            let mut out = if c.in_place {
-                Aligned::from(input.bytes())
-            } else {
-                Aligned::zeros(count * es)
-            };
-            let inp = if c.in_place {
-                Input::InPlace
-            } else {
-                Input::Buffer(Buffer::from_bytes(dt, input.bytes())?)
-            };
+            let mut out = output_like(c, &input);
+            let inp = input_arg(c, &input)?;
             comm.all_reduce(inp, &mut BufferMut::from_bytes(dt, out.bytes_mut())?, op)?;
             check("output", out.bytes(), &want)
         }
         Collective::Broadcast => {
             let want = c.input(c.root, count);
             let input = Aligned::from(&c.input(me, count));
-            let mut out = if c.in_place {
-                Aligned::from(input.bytes())
-            } else {
-                Aligned::zeros(count * es)
-            };
-            let inp = if c.in_place {
-                Input::InPlace
-            } else {
-                Input::Buffer(Buffer::from_bytes(dt, input.bytes())?)
-            };
+            let mut out = output_like(c, &input);
+            let inp = input_arg(c, &input)?;
             comm.broadcast(
                 inp,
                 &mut BufferMut::from_bytes(dt, out.bytes_mut())?,
@@ -299,16 +302,8 @@ fn run_case(comm: &dyn Communicator, c: &Case) -> Result<std::result::Result<(),
         }
         Collective::Reduce => {
             let input = Aligned::from(&c.input(me, count));
-            let mut out = if c.in_place {
-                Aligned::from(input.bytes())
-            } else {
-                Aligned::zeros(count * es)
-            };
-            let inp = if c.in_place {
-                Input::InPlace
-            } else {
-                Input::Buffer(Buffer::from_bytes(dt, input.bytes())?)
-            };
+            let mut out = output_like(c, &input);
+            let inp = input_arg(c, &input)?;
             comm.reduce(
                 inp,
                 &mut BufferMut::from_bytes(dt, out.bytes_mut())?,
@@ -366,16 +361,8 @@ fn run_case(comm: &dyn Communicator, c: &Case) -> Result<std::result::Result<(),
                 .flat_map(|r| c.input(r, n * count)[block(me)].to_vec())
                 .collect();
             let input = Aligned::from(&c.input(me, n * count));
-            let mut out = if c.in_place {
-                Aligned::from(input.bytes())
-            } else {
-                Aligned::zeros(n * count * es)
-            };
-            let inp = if c.in_place {
-                Input::InPlace
-            } else {
-                Input::Buffer(Buffer::from_bytes(dt, input.bytes())?)
-            };
+            let mut out = output_like(c, &input);
+            let inp = input_arg(c, &input)?;
             comm.all_to_all(inp, &mut BufferMut::from_bytes(dt, out.bytes_mut())?)?;
             check("output", out.bytes(), &want)
         }
