@@ -44,14 +44,23 @@ pub fn run(args: ConformanceArgs) -> anyhow::Result<i32> {
     for f in &report.failures {
         eprintln!("FAIL {f}");
     }
+    if comm.rank() == 0 && !report.unsupported.is_empty() {
+        eprintln!(
+            "{} cases not supported by the {} backend (first: {})",
+            report.unsupported.len(),
+            args.job.backend,
+            report.unsupported[0]
+        );
+    }
     println!(
-        "rank {}/{}: {} backend ({} transport, {} algo): {} cases, {} failed",
+        "rank {}/{}: {} backend ({} transport, {} algo): {} cases ({} unsupported), {} failed",
         comm.rank(),
         comm.world_size(),
         args.job.backend,
         args.job.transport.name(),
         args.job.algo.name(),
         report.cases,
+        report.unsupported.len(),
         report.failures.len()
     );
     rdv.close(timeout)?;

@@ -93,6 +93,9 @@ pub struct SuiteReport {
     pub cases: usize,
     /// One line per failing case.
     pub failures: Vec<String>,
+    /// Cases the backend declined with [`crate::Error::Unsupported`] (for
+    /// example bfloat16 on a library without it), one line each.
+    pub unsupported: Vec<String>,
 }
 
 /// The input element `i` of `rank` for a case: small integers, signed where the
@@ -497,10 +500,19 @@ pub fn run(
                             salt,
                         };
                         let name = case.name();
-                        if let Err(wrong) = run_case(comm, &case)? {
-                            report.failures.push(format!("{name}: {wrong}"));
+                        match run_case(comm, &case) {
+                            Ok(Ok(())) => report.cases += 1,
+                            Ok(Err(wrong)) => {
+                                report.failures.push(format!("{name}: {wrong}"));
+                                report.cases += 1;
+                            }
+                            // A backend declines a case identically on every
+                            // rank, before communicating: record it and go on.
+                            Err(crate::Error::Unsupported { what, .. }) => {
+                                report.unsupported.push(format!("{name}: {what}"))
+                            }
+                            Err(e) => return Err(e),
                         }
-                        report.cases += 1;
                         progress(report.cases, &name);
                     }
                 }

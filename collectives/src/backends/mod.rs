@@ -1,5 +1,12 @@
 //! Backends behind [`crate::Communicator`], chosen at run time by name.
 
+pub mod disabled;
+#[cfg(feature = "gloo")]
+pub mod gloo;
+#[cfg(feature = "mpi")]
+pub mod mpi;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 pub mod reference;
 
 use std::net::IpAddr;
@@ -71,10 +78,18 @@ pub fn connect(
 ) -> Result<Box<dyn Communicator>> {
     match backend {
         Backend::Reference => Ok(Box::new(reference(store, rank, world, opts)?)),
-        other => Err(Error::Unsupported {
-            backend: other,
-            what: "collectives in this build yet: only the reference backend is available".into(),
-        }),
+        #[cfg(feature = "gloo")]
+        Backend::Gloo => gloo::connect(store, rank, world, opts),
+        #[cfg(not(feature = "gloo"))]
+        Backend::Gloo => disabled::connect("gloo"),
+        #[cfg(feature = "mpi")]
+        Backend::Mpi => mpi::connect(store, rank, world, opts),
+        #[cfg(not(feature = "mpi"))]
+        Backend::Mpi => disabled::connect("mpi"),
+        #[cfg(feature = "nccl")]
+        Backend::Nccl => nccl::connect(store, rank, world, opts),
+        #[cfg(not(feature = "nccl"))]
+        Backend::Nccl => disabled::connect("nccl"),
     }
 }
 

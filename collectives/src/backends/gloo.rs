@@ -1,0 +1,1 @@
+//! The gloo backend (being written; compiled only with the `gloo` feature).

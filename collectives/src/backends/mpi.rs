@@ -1,0 +1,1 @@
+//! The mpi backend (being written; compiled only with the `mpi` feature).

@@ -1,0 +1,1 @@
+//! The nccl backend (being written; compiled only with the `nccl` feature).
