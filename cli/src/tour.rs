@@ -1,6 +1,8 @@
-//! `ringside tour`: the main job. Spawns local ranks of the reference backend,
-//! checks every collective over shared memory and TCP, and prints a short
-//! all_reduce size sweep for both transports side by side.
+//! `ringside tour`: the main job. Checks every collective on every backend this
+//! machine offers (the reference backend over shared memory and TCP, Gloo, MPI
+//! under an MPI launcher, NCCL on a GPU), then prints a short all_reduce size
+//! sweep for all of them side by side. A backend that is not available is listed
+//! with the reason.
 
 use std::time::{Duration, Instant};
 
@@ -8,6 +10,7 @@ use clap::Args;
 use collectives::algorithms::Algo;
 use collectives::bench::{self, Measurement};
 use collectives::conformance::{self, SuiteConfig};
+use collectives::rendezvous::env::{Launcher, Rendezvous};
 use collectives::transport::TransportKind;
 use collectives::{Backend, Communicator};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -16,7 +19,7 @@ use crate::job::{self, Start, human};
 
 #[derive(Debug, Args)]
 pub struct TourArgs {
-    /// Local ranks to spawn.
+    /// Local ranks to spawn (ignored under a launcher such as mpirun).
     #[arg(long, default_value_t = 2)]
     pub nproc: usize,
     /// Largest all_reduce in the sweep.
@@ -30,7 +33,78 @@ pub struct TourArgs {
     pub timeout: f64,
 }
 
-const TRANSPORTS: [TransportKind; 2] = [TransportKind::Shm, TransportKind::Tcp];
+/// One column of the tour: a backend (and, for the reference backend, a transport).
+struct Lane {
+    name: &'static str,
+    backend: Backend,
+    transport: TransportKind,
+}
+
+const LANES: [Lane; 5] = [
+    Lane {
+        name: "ref-shm",
+        backend: Backend::Reference,
+        transport: TransportKind::Shm,
+    },
+    Lane {
+        name: "ref-tcp",
+        backend: Backend::Reference,
+        transport: TransportKind::Tcp,
+    },
+    Lane {
+        name: "gloo",
+        backend: Backend::Gloo,
+        transport: TransportKind::Auto,
+    },
+    Lane {
+        name: "mpi",
+        backend: Backend::Mpi,
+        transport: TransportKind::Auto,
+    },
+    Lane {
+        name: "nccl",
+        backend: Backend::Nccl,
+        transport: TransportKind::Auto,
+    },
+];
+
+/// Connects every lane this job can serve; the others come back with a reason.
+fn connect_lanes(
+    rdv: &Rendezvous,
+    timeout: Duration,
+) -> Vec<(&'static Lane, Result<Box<dyn Communicator>, String>)> {
+    LANES
+        .iter()
+        .map(|lane| {
+            let launched_by_mpi = matches!(
+                rdv.info.launcher,
+                Launcher::OpenMpi | Launcher::Pmi | Launcher::Slurm
+            );
+            let comm = if lane.backend == Backend::Mpi && !launched_by_mpi {
+                // MPI ranks come from an MPI launcher; ranks we spawned ourselves
+                // would each start as an MPI world of one.
+                Err("needs an MPI launcher: mpirun -np 2 target/release/ringside tour".to_owned())
+            } else {
+                job::communicator(
+                    rdv,
+                    lane.backend,
+                    lane.transport,
+                    Algo::Auto,
+                    timeout,
+                    &format!("tour-{}/", lane.name),
+                )
+                .map_err(|e| {
+                    format!("{:#}", e)
+                        .lines()
+                        .last()
+                        .unwrap_or_default()
+                        .to_owned()
+                })
+            };
+            (lane, comm)
+        })
+        .collect()
+}
 
 pub fn run(args: TourArgs) -> anyhow::Result<i32> {
     let timeout = Duration::try_from_secs_f64(args.timeout)?;
@@ -45,26 +119,20 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         }
     };
     say(format!(
-        "ringside tour: the reference backend on {} local ranks (launched by {})\n",
+        "ringside tour: every backend on {} ranks (launched by {})\n",
         rdv.info.world_size, rdv.info.launcher
     ));
-    let comms: Vec<Box<dyn Communicator>> = TRANSPORTS
-        .iter()
-        .map(|&t| {
-            job::communicator(
-                &rdv,
-                Backend::Reference,
-                t,
-                Algo::Auto,
-                timeout,
-                &format!("tour-{}/", t.name()),
-            )
-        })
-        .collect::<anyhow::Result<_>>()?;
+    let mut lanes = Vec::new();
+    for (lane, comm) in connect_lanes(&rdv, timeout) {
+        match comm {
+            Ok(c) => lanes.push((lane, c)),
+            Err(why) => say(format!("   {:>7}: not available here: {why}", lane.name)),
+        }
+    }
 
-    say("1. Every collective, checked exactly against a sequential reference".into());
+    say("\n1. Every collective, checked exactly against a sequential reference".into());
     let mut failed = 0;
-    for (t, comm) in TRANSPORTS.iter().zip(&comms) {
+    for (lane, comm) in &lanes {
         let bar = if lead {
             ProgressBar::new_spinner()
         } else {
@@ -73,7 +141,7 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         bar.set_style(ProgressStyle::with_template(
             "   {spinner} {prefix}: {pos} cases {msg}",
         )?);
-        bar.set_prefix(t.name());
+        bar.set_prefix(lane.name);
         let started = Instant::now();
         let report = conformance::run(comm.as_ref(), &SuiteConfig::quick(), |done, name| {
             bar.set_position(done as u64);
@@ -81,49 +149,52 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         })?;
         bar.finish_and_clear();
         for f in &report.failures {
-            eprintln!("FAIL ({}) {f}", t.name());
+            eprintln!("FAIL ({}) {f}", lane.name);
         }
         failed += report.failures.len();
         say(format!(
-            "   {:>3}: {} cases (10 collectives x dtypes x ops x sizes x in/out-of-place), {} wrong, {:.0} ms",
-            t.name(),
+            "   {:>7}: {} cases, {} wrong, {} not supported by the library, {:.0} ms",
+            lane.name,
             report.cases,
             report.failures.len(),
+            report.unsupported.len(),
             started.elapsed().as_secs_f64() * 1e3
         ));
     }
 
     say(format!(
-        "\n2. all_reduce, f32 sum, in place: time = slowest rank, median of {} iterations; busbw = algbw x 2(n-1)/n",
+        "\n2. all_reduce, f32 sum, in place: median of {} iterations, time = slowest rank (us); busbw = algbw x 2(n-1)/n (GB/s)",
         args.iters
     ));
-    say(format!(
-        "   {:>8} | {:>12} {:>12} | {:>12} {:>12} | {:>6}",
-        "size", "shm (us)", "busbw GB/s", "tcp (us)", "busbw GB/s", "#wrong"
-    ));
-    let sizes = bench::sizes(8, args.max_bytes, 8);
-    for bytes in sizes {
-        let row: Vec<Measurement> = comms
+    let mut header = format!("   {:>8} |", "size");
+    for (lane, _) in &lanes {
+        header.push_str(&format!(
+            " {:>9} {:>7} |",
+            format!("{} us", lane.name),
+            "busbw"
+        ));
+    }
+    say(format!("{header} #wrong"));
+    for bytes in bench::sizes(8, args.max_bytes, 8) {
+        let row: Vec<Measurement> = lanes
             .iter()
-            .map(|c| bench::all_reduce_f32(c.as_ref(), bytes, 3, args.iters))
+            .map(|(_, c)| bench::all_reduce_f32(c.as_ref(), bytes, 3, args.iters))
             .collect::<collectives::Result<_>>()?;
         let wrong: usize = row.iter().map(|m| m.wrong).sum();
         failed += wrong;
-        say(format!(
-            "   {:>8} | {:>12.2} {:>12.3} | {:>12.2} {:>12.3} | {:>6}",
-            human(bytes),
-            row[0].median_us,
-            row[0].busbw_gbps(),
-            row[1].median_us,
-            row[1].busbw_gbps(),
-            wrong
-        ));
+        let mut line = format!("   {:>8} |", human(bytes));
+        for m in &row {
+            line.push_str(&format!(" {:>9.2} {:>7.3} |", m.median_us, m.busbw_gbps()));
+        }
+        say(format!("{line} {wrong:>6}"));
     }
     say(String::from(
-        "\nNext: `cargo run -p ringside -- sweep --transport tcp` for a full nccl-tests style sweep,\n\
-         `cargo run -p ringside -- conformance --nproc 4` for the full conformance matrix,\n\
+        "\nNext: `cargo run --release -p ringside -- sweep --backend gloo` for a full nccl-tests style sweep,\n\
+         `cargo run --release -p ringside -- conformance --nproc 4` for the full conformance matrix,\n\
+         `cargo run --release -p ringside-benches --bin peers` to compare with MPI and Gloo called directly,\n\
          `cargo run -p ringside -- launch --nproc-per-node 2 -- <program>` to run your own ranks.",
     ));
+    drop(lanes);
     rdv.close(timeout)?;
     Ok(if failed == 0 { 0 } else { 1 })
 }
