@@ -23,11 +23,14 @@ pub enum Impl {
     RingsideShm,
     /// `ringside sweep --transport tcp`.
     RingsideTcp,
+    /// `ringside sweep --backend gloo --algo ring`: Gloo's ring through
+    /// ringside's Communicator (the wrapper's overhead against `gloo-ring`).
+    RingsideGloo,
 }
 
 impl Impl {
     /// Every implementation, in table order.
-    pub const ALL: [Impl; 7] = [
+    pub const ALL: [Impl; 8] = [
         Impl::Mpi,
         Impl::GlooRing,
         Impl::GlooRingChunked,
@@ -35,6 +38,7 @@ impl Impl {
         Impl::GlooAllreduce,
         Impl::RingsideShm,
         Impl::RingsideTcp,
+        Impl::RingsideGloo,
     ];
 
     /// The default selection: what the project's targets compare.
@@ -56,6 +60,7 @@ impl Impl {
             Impl::GlooAllreduce => "gloo-allreduce",
             Impl::RingsideShm => "ringside-shm",
             Impl::RingsideTcp => "ringside-tcp",
+            Impl::RingsideGloo => "ringside-gloo",
         }
     }
 
@@ -70,11 +75,13 @@ impl Impl {
         }
     }
 
-    /// The `ringside sweep --transport` value, for ringside implementations.
-    pub fn ringside_transport(self) -> Option<&'static str> {
+    /// The `ringside sweep` arguments that select this implementation, for
+    /// ringside implementations.
+    pub fn ringside_args(self) -> Option<&'static [&'static str]> {
         match self {
-            Impl::RingsideShm => Some("shm"),
-            Impl::RingsideTcp => Some("tcp"),
+            Impl::RingsideShm => Some(&["--transport", "shm"]),
+            Impl::RingsideTcp => Some(&["--transport", "tcp"]),
+            Impl::RingsideGloo => Some(&["--backend", "gloo", "--algo", "ring"]),
             _ => None,
         }
     }

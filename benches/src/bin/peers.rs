@@ -326,8 +326,8 @@ fn plan(imp: Impl, args: &Args, sweep: &Sweep) -> Result<Plan> {
     if let Some(algo) = imp.gloo_algorithm() {
         return plan_gloo(algo, args, sweep);
     }
-    if let Some(transport) = imp.ringside_transport() {
-        return Ok(plan_ringside(transport, args, sweep));
+    if let Some(select) = imp.ringside_args() {
+        return Ok(plan_ringside(select, args, sweep));
     }
     bail!("no launcher for {imp}")
 }
@@ -418,7 +418,7 @@ fn plan_gloo(algo: &str, args: &Args, sweep: &Sweep) -> Result<Plan> {
     Ok(Plan::Run(cmds, Some(dir)))
 }
 
-fn plan_ringside(transport: &str, args: &Args, sweep: &Sweep) -> Plan {
+fn plan_ringside(select: &[&str], args: &Args, sweep: &Sweep) -> Plan {
     let bin = match &args.ringside {
         Some(p) => p.clone(),
         None => match default_ringside() {
@@ -442,8 +442,7 @@ fn plan_ringside(transport: &str, args: &Args, sweep: &Sweep) -> Plan {
     cmd.arg("sweep")
         .arg("--nproc")
         .arg(args.world.to_string())
-        .arg("--transport")
-        .arg(transport)
+        .args(select)
         .args(sweep_flags(sweep))
         .arg("--json");
     Plan::Run(vec![cmd], None)

@@ -1,1 +1,825 @@
-//! The gloo backend (being written; compiled only with the `gloo` feature).
+//! The Gloo backend: Debian's libgloo (0.5) through a small C++ shim
+//! (`gloo_shim.cc`, bridged with `cxx`).
+//!
+//! **Rendezvous** goes through ringside's own store: the shim's
+//! `gloo::rendezvous::Store` subclass calls back into [`KeyValue`] (keys under
+//! `{opts.prefix}gloo/`), so multi-node jobs need no shared filesystem.
+//! **Transport** is Gloo's TCP device, on the interface named by
+//! `GLOO_SOCKET_IFNAME` (as PyTorch reads it), else on `opts.listen_ip`.
+//! Gloo's context timeout is `opts.timeout`; Gloo's "timed out" errors become
+//! [`Error::Timeout`], every other C++ exception an [`Error::Protocol`] — none
+//! escapes as an abort. After any error the communicator refuses further calls.
+//!
+//! **all_reduce algorithm**: `RINGSIDE_GLOO_ALGO=ring|ring_chunked|halving_doubling|bcube|default`
+//! if set, else `opts.algo`: `Ring` → `gloo::AllreduceRing`,
+//! `HalvingDoubling` → `gloo::AllreduceHalvingDoubling`, anything else →
+//! `gloo::allreduce` with Gloo's default (what PyTorch's ProcessGroupGloo calls).
+//!
+//! How each collective maps onto Gloo:
+//!
+//! | collective | Gloo |
+//! |---|---|
+//! | all_reduce | the algorithm above, in place on the output |
+//! | broadcast, reduce, all_gather, all_to_all, gather, scatter, barrier | `gloo::broadcast`, `gloo::reduce`, ... (options API) |
+//! | reduce_scatter | n `gloo::reduce` calls (block r to rank r) on a copy of the input: Gloo 0.5's `ReduceScatterHalvingDoubling` overwrites data it is still sending (wrong results seen at 64 KiB) |
+//! | send / recv | unbound buffers on one fixed slot (Gloo keeps per-peer order) |
+//!
+//! Gloo has no bfloat16 and no in-place forms; neither is declined here:
+//! reductions are the shim's own kernels for every dtype (bf16, f16 through
+//! f32, rounding once per step; integers wrap), so every dtype runs on every
+//! algorithm, and in-place forms stage through scratch copies. `Avg` is a
+//! sum followed by [`finish_avg`]. Reduce on non-root ranks runs in scratch
+//! memory, so their buffers are left unchanged. Declined, identically on
+//! every rank and before any communication ([`Error::Unsupported`]):
+//! device (CUDA) buffers; more than `i32::MAX` elements (Gloo's classic
+//! algorithms count in `int`); `bcube` at a world size it cannot factor.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::algorithms::Algo;
+use crate::backends::Options;
+use crate::buffer::{Buffer, BufferMut};
+use crate::element::{DType, ReduceOp, finish_avg};
+use crate::error::{Error, Result};
+use crate::rendezvous::KeyValue;
+use crate::{Backend, Communicator, Input};
+
+const B: Backend = Backend::Gloo;
+
+#[cxx::bridge(namespace = "ringside_gloo")]
+mod ffi {
+    extern "Rust" {
+        type Kv<'a>;
+        fn kv_set(kv: &Kv<'_>, key: &CxxString, value: &[u8]) -> Result<()>;
+        fn kv_get(kv: &Kv<'_>, key: &CxxString) -> Result<Vec<u8>>;
+    }
+
+    unsafe extern "C++" {
+        include!("collectives/src/backends/gloo_shim.h");
+
+        type Comm;
+
+        fn connect<'a>(
+            kv: &Kv<'a>,
+            rank: i32,
+            size: i32,
+            iface: &str,
+            hostname: &str,
+            timeout_ms: i64,
+        ) -> Result<UniquePtr<Comm>>;
+        fn all_reduce(
+            self: Pin<&mut Comm>,
+            buf: &mut [u8],
+            dtype: u8,
+            op: u8,
+            algo: u8,
+            tag: u32,
+        ) -> Result<()>;
+        fn broadcast(self: Pin<&mut Comm>, buf: &mut [u8], root: i32, tag: u32) -> Result<()>;
+        fn reduce(
+            self: Pin<&mut Comm>,
+            buf: &mut [u8],
+            dtype: u8,
+            op: u8,
+            root: i32,
+            tag: u32,
+        ) -> Result<()>;
+        fn all_gather(
+            self: Pin<&mut Comm>,
+            input: &[u8],
+            output: &mut [u8],
+            tag: u32,
+        ) -> Result<()>;
+        fn all_to_all(
+            self: Pin<&mut Comm>,
+            input: &[u8],
+            output: &mut [u8],
+            tag: u32,
+        ) -> Result<()>;
+        fn gather(
+            self: Pin<&mut Comm>,
+            input: &[u8],
+            output: &mut [u8],
+            root: i32,
+            tag: u32,
+        ) -> Result<()>;
+        fn scatter(
+            self: Pin<&mut Comm>,
+            input: &[u8],
+            output: &mut [u8],
+            root: i32,
+            tag: u32,
+        ) -> Result<()>;
+        fn barrier(self: Pin<&mut Comm>, tag: u32) -> Result<()>;
+        fn send(self: Pin<&mut Comm>, buf: &[u8], peer: i32) -> Result<()>;
+        fn recv(self: Pin<&mut Comm>, buf: &mut [u8], peer: i32) -> Result<()>;
+    }
+}
+
+// SAFETY: a Gloo context is not tied to the thread that created it; it is only
+// unsafe to use from two threads at once, and `GlooComm` keeps it behind a Mutex.
+unsafe impl Send for ffi::Comm {}
+
+/// Our store as Gloo's rendezvous sees it (only alive during [`connect`]).
+pub struct Kv<'a> {
+    store: &'a dyn KeyValue,
+    prefix: String,
+    /// The first store error, kept typed (a C++ exception would flatten it).
+    first_error: Mutex<Option<Error>>,
+}
+
+impl Kv<'_> {
+    fn keep(&self, e: Error) -> String {
+        let msg = e.to_string();
+        if let Ok(mut slot) = self.first_error.lock() {
+            slot.get_or_insert(e);
+        }
+        msg
+    }
+}
+
+fn kv_set(kv: &Kv<'_>, key: &cxx::CxxString, value: &[u8]) -> std::result::Result<(), String> {
+    let key = format!("{}{}", kv.prefix, key.to_string_lossy());
+    kv.store.set(&key, value).map_err(|e| kv.keep(e))
+}
+
+fn kv_get(kv: &Kv<'_>, key: &cxx::CxxString) -> std::result::Result<Vec<u8>, String> {
+    let key = format!("{}{}", kv.prefix, key.to_string_lossy());
+    kv.store.get(&key).map_err(|e| kv.keep(e))
+}
+
+/// Which Gloo all_reduce runs (codes shared with the shim).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GlooAlgo {
+    /// `gloo::allreduce` with Gloo's own choice.
+    Default = 0,
+    /// `gloo::AllreduceRing`.
+    Ring = 1,
+    /// `gloo::AllreduceRingChunked`.
+    RingChunked = 2,
+    /// `gloo::AllreduceHalvingDoubling`.
+    HalvingDoubling = 3,
+    /// `gloo::AllreduceBcube`.
+    Bcube = 4,
+}
+
+impl GlooAlgo {
+    /// Parses `ring`, `ring_chunked`, `halving_doubling`, `bcube` or `default`.
+    pub fn parse(s: &str) -> Option<GlooAlgo> {
+        Some(match s.to_ascii_lowercase().replace('-', "_").as_str() {
+            "ring" => GlooAlgo::Ring,
+            "ring_chunked" => GlooAlgo::RingChunked,
+            "halving_doubling" | "hd" => GlooAlgo::HalvingDoubling,
+            "bcube" => GlooAlgo::Bcube,
+            "default" | "auto" => GlooAlgo::Default,
+            _ => return None,
+        })
+    }
+
+    /// `RINGSIDE_GLOO_ALGO` if set, else the closest match to `algo`.
+    pub fn choose(algo: Algo) -> Result<GlooAlgo> {
+        match std::env::var("RINGSIDE_GLOO_ALGO") {
+            Ok(s) => GlooAlgo::parse(&s).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "RINGSIDE_GLOO_ALGO={s:?}: expected ring, ring_chunked, halving_doubling, bcube or default"
+                ))
+            }),
+            Err(_) => Ok(match algo {
+                Algo::Ring => GlooAlgo::Ring,
+                Algo::HalvingDoubling => GlooAlgo::HalvingDoubling,
+                _ => GlooAlgo::Default,
+            }),
+        }
+    }
+}
+
+/// Connects a Gloo communicator among `world` ranks sharing `store`.
+pub fn connect(
+    store: &dyn KeyValue,
+    rank: usize,
+    world: usize,
+    opts: &Options,
+) -> Result<Box<dyn Communicator>> {
+    Ok(Box::new(GlooComm::connect(store, rank, world, opts)?))
+}
+
+/// A communicator backed by Gloo.
+pub struct GlooComm {
+    rank: usize,
+    world: usize,
+    algo: GlooAlgo,
+    timeout: Duration,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    comm: cxx::UniquePtr<ffi::Comm>,
+    seq: u32,
+    broken: Option<String>,
+    scratch: Vec<u64>,
+}
+
+/// An 8-byte-aligned scratch area of `bytes` bytes (aligned for every dtype).
+fn area(v: &mut Vec<u64>, bytes: usize) -> &mut [u8] {
+    let words = bytes.div_ceil(8);
+    if v.len() < words {
+        v.resize(words, 0);
+    }
+    &mut bytemuck::cast_slice_mut(v.as_mut_slice())[..bytes]
+}
+
+fn input_bytes<'a>(
+    input: &'a Input<'_>,
+    dtype: DType,
+    len: usize,
+    what: &str,
+) -> Result<Option<&'a [u8]>> {
+    match input {
+        Input::InPlace => Ok(None),
+        Input::Buffer(b) => {
+            if b.dtype() != dtype {
+                return Err(Error::InvalidArgument(format!(
+                    "{what}: input is {} but output is {dtype}",
+                    b.dtype()
+                )));
+            }
+            if b.len() != len {
+                return Err(Error::InvalidArgument(format!(
+                    "{what}: input has {} elements, expected {len}",
+                    b.len()
+                )));
+            }
+            b.host_bytes(B).map(Some)
+        }
+    }
+}
+
+fn per_rank(total: usize, n: usize, what: &str) -> Result<usize> {
+    if total % n != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "{what}: {total} elements is not a multiple of the world size {n}"
+        )));
+    }
+    Ok(total / n)
+}
+
+/// Gloo's classic algorithms count elements in `int`.
+fn fits_int(count: usize, what: &str) -> Result<()> {
+    if i32::try_from(count).is_err() {
+        return Err(Error::Unsupported {
+            backend: B,
+            what: format!("{what} of {count} elements (Gloo counts in 32-bit int)"),
+        });
+    }
+    Ok(())
+}
+
+fn op_code(op: ReduceOp) -> u8 {
+    match op {
+        ReduceOp::Sum | ReduceOp::Avg => 0,
+        ReduceOp::Prod => 1,
+        ReduceOp::Min => 2,
+        ReduceOp::Max => 3,
+    }
+}
+
+/// Bcube groups ranks by a base (2); Gloo's implementation needs the world
+/// to be a power of it.
+fn bcube_can(world: usize) -> bool {
+    world.is_power_of_two()
+}
+
+impl GlooComm {
+    /// Rendezvous through `store` and connect Gloo's TCP full mesh.
+    pub fn connect(
+        store: &dyn KeyValue,
+        rank: usize,
+        world: usize,
+        opts: &Options,
+    ) -> Result<GlooComm> {
+        if world == 0 || rank >= world || i32::try_from(world).is_err() {
+            return Err(Error::InvalidArgument(format!(
+                "rank {rank} of world {world} is not a valid position"
+            )));
+        }
+        let algo = GlooAlgo::choose(opts.algo)?;
+        let iface = std::env::var("GLOO_SOCKET_IFNAME").unwrap_or_default();
+        let hostname = opts.listen_ip.to_string();
+        let kv = Kv {
+            store,
+            prefix: format!("{}gloo/", opts.prefix),
+            first_error: Mutex::new(None),
+        };
+        let ms = i64::try_from(opts.timeout.as_millis()).unwrap_or(i64::MAX);
+        let comm =
+            ffi::connect(&kv, rank as i32, world as i32, &iface, &hostname, ms).map_err(|e| {
+                let stored = kv.first_error.lock().ok().and_then(|mut s| s.take());
+                stored.unwrap_or_else(|| gloo_error(&e, opts.timeout))
+            })?;
+        Ok(GlooComm {
+            rank,
+            world,
+            algo,
+            timeout: opts.timeout,
+            inner: Mutex::new(Inner {
+                comm,
+                seq: 0,
+                broken: None,
+                scratch: Vec::new(),
+            }),
+        })
+    }
+
+    /// The all_reduce algorithm in use.
+    pub fn algo(&self) -> GlooAlgo {
+        self.algo
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
+        let g = self.inner.lock().map_err(|_| {
+            Error::Protocol("communicator poisoned by a panic in another thread".into())
+        })?;
+        if let Some(why) = &g.broken {
+            return Err(Error::Protocol(format!(
+                "this communicator failed earlier ({why}); create a new one"
+            )));
+        }
+        Ok(g)
+    }
+
+    fn check_root(&self, root: usize) -> Result<i32> {
+        if root >= self.world {
+            return Err(Error::InvalidArgument(format!(
+                "root {root} is not a rank of this world of {}",
+                self.world
+            )));
+        }
+        Ok(root as i32)
+    }
+
+    /// Runs one collective with the next tag; any error from Gloo marks the
+    /// communicator broken (Gloo's state after an exception is unknown).
+    fn run(
+        &self,
+        body: impl FnOnce(&mut Inner, u32) -> std::result::Result<Result<()>, cxx::Exception>,
+    ) -> Result<()> {
+        let mut g = self.lock()?;
+        g.seq = g.seq.wrapping_add(1);
+        let seq = g.seq;
+        match body(&mut g, seq) {
+            Ok(res) => res,
+            Err(e) => {
+                let err = gloo_error(&e, self.timeout);
+                g.broken = Some(err.to_string());
+                Err(err)
+            }
+        }
+    }
+}
+
+/// Gloo reports timeouts as exceptions saying "Timed out"; keep them typed.
+fn gloo_error(e: &cxx::Exception, after: Duration) -> Error {
+    let msg = e.what();
+    let lower = msg.to_ascii_lowercase();
+    if lower.contains("timed out") || lower.contains("timeout") {
+        Error::Timeout {
+            what: format!("gloo ({msg})"),
+            after,
+        }
+    } else {
+        Error::Protocol(format!("gloo: {msg}"))
+    }
+}
+
+/// A validated call: `Err(Error)` before any communication, else the body's result.
+type Step = std::result::Result<Result<()>, cxx::Exception>;
+
+/// Turns a validation failure into the `run` body's shape.
+macro_rules! check {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return Ok(Err(e)),
+        }
+    };
+}
+
+impl Communicator for GlooComm {
+    fn backend(&self) -> Backend {
+        B
+    }
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn world_size(&self) -> usize {
+        self.world
+    }
+
+    fn all_reduce(&self, input: Input<'_>, output: &mut BufferMut<'_>, op: ReduceOp) -> Result<()> {
+        let (n, algo) = (self.world, self.algo);
+        self.run(|g, tag| -> Step {
+            let (dtype, count) = (output.dtype(), output.len());
+            let src = check!(input_bytes(&input, dtype, count, "all_reduce"));
+            let out = check!(output.host_bytes_mut(B));
+            if algo != GlooAlgo::Default {
+                check!(fits_int(count, "all_reduce"));
+            }
+            if algo == GlooAlgo::Bcube && !bcube_can(n) {
+                return Ok(Err(Error::Unsupported {
+                    backend: B,
+                    what: format!("bcube all_reduce on {n} ranks (needs a power of 2)"),
+                }));
+            }
+            if let Some(s) = src {
+                out.copy_from_slice(s);
+            }
+            if count == 0 || n == 1 {
+                return Ok(Ok(()));
+            }
+            g.comm
+                .pin_mut()
+                .all_reduce(out, dtype.code(), op_code(op), algo as u8, tag)?;
+            if op == ReduceOp::Avg {
+                finish_avg(dtype, out, n);
+            }
+            Ok(Ok(()))
+        })
+    }
+
+    fn broadcast(&self, input: Input<'_>, output: &mut BufferMut<'_>, root: usize) -> Result<()> {
+        let me = self.rank;
+        self.run(|g, tag| -> Step {
+            let r = check!(self.check_root(root));
+            let (dtype, count) = (output.dtype(), output.len());
+            let src = if me == root {
+                check!(input_bytes(&input, dtype, count, "broadcast"))
+            } else {
+                None
+            };
+            let out = check!(output.host_bytes_mut(B));
+            if let Some(s) = src {
+                out.copy_from_slice(s);
+            }
+            if count == 0 || self.world == 1 {
+                return Ok(Ok(()));
+            }
+            g.comm.pin_mut().broadcast(out, r, tag)?;
+            Ok(Ok(()))
+        })
+    }
+
+    fn reduce(
+        &self,
+        input: Input<'_>,
+        output: &mut BufferMut<'_>,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<()> {
+        let (n, me) = (self.world, self.rank);
+        self.run(|g, tag| -> Step {
+            let r = check!(self.check_root(root));
+            let dtype = output.dtype();
+            let count = match &input {
+                Input::Buffer(b) => b.len(),
+                Input::InPlace => output.len(),
+            };
+            if me == root && output.len() != count {
+                return Ok(Err(Error::InvalidArgument(format!(
+                    "reduce: root output has {} elements, input {count}",
+                    output.len()
+                ))));
+            }
+            let src = check!(input_bytes(&input, dtype, count, "reduce"));
+            let out = check!(output.host_bytes_mut(B));
+            let bytes = count * dtype.size();
+            if me == root {
+                if let Some(s) = src {
+                    out.copy_from_slice(s);
+                }
+                if count == 0 || n == 1 {
+                    return Ok(Ok(()));
+                }
+                g.comm
+                    .pin_mut()
+                    .reduce(out, dtype.code(), op_code(op), r, tag)?;
+                if op == ReduceOp::Avg {
+                    finish_avg(dtype, out, n);
+                }
+            } else {
+                if count == 0 {
+                    return Ok(Ok(()));
+                }
+                // Gloo uses every rank's buffer as working space; non-roots
+                // work in scratch so the caller's buffers stay as they were.
+                let Inner { comm, scratch, .. } = g;
+                let work = area(scratch, bytes);
+                work.copy_from_slice(src.unwrap_or(&out[..bytes.min(out.len())]));
+                comm.pin_mut()
+                    .reduce(work, dtype.code(), op_code(op), r, tag)?;
+            }
+            Ok(Ok(()))
+        })
+    }
+
+    fn all_gather(&self, input: Input<'_>, output: &mut BufferMut<'_>) -> Result<()> {
+        let (n, me) = (self.world, self.rank);
+        self.run(|g, tag| -> Step {
+            let dtype = output.dtype();
+            let count = check!(per_rank(output.len(), n, "all_gather output"));
+            let src = check!(input_bytes(&input, dtype, count, "all_gather"));
+            let out = check!(output.host_bytes_mut(B));
+            let bytes = count * dtype.size();
+            let mine = me * bytes..(me + 1) * bytes;
+            if count == 0 || n == 1 {
+                if let Some(s) = src {
+                    out[mine].copy_from_slice(s);
+                }
+                return Ok(Ok(()));
+            }
+            let Inner { comm, scratch, .. } = g;
+            let s = match src {
+                Some(s) => s,
+                None => {
+                    // In place: Gloo's input may not alias its output.
+                    let own = area(scratch, bytes);
+                    own.copy_from_slice(&out[mine]);
+                    own
+                }
+            };
+            comm.pin_mut().all_gather(s, out, tag)?;
+            Ok(Ok(()))
+        })
+    }
+
+    fn reduce_scatter(
+        &self,
+        input: Input<'_>,
+        output: &mut BufferMut<'_>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let (n, me) = (self.world, self.rank);
+        self.run(|g, tag| -> Step {
+            let dtype = output.dtype();
+            let count = match &input {
+                Input::InPlace => {
+                    check!(per_rank(output.len(), n, "in-place reduce_scatter output"))
+                }
+                Input::Buffer(_) => output.len(),
+            };
+            let src = check!(input_bytes(&input, dtype, n * count, "reduce_scatter"));
+            let out = check!(output.host_bytes_mut(B));
+            let bytes = count * dtype.size();
+            let mine = me * bytes..(me + 1) * bytes;
+            let Inner { comm, scratch, .. } = g;
+            // Block r is reduced to rank r, in a scratch copy of the whole
+            // input (Gloo's reduce uses every rank's buffer as working space).
+            let work = area(scratch, n * bytes);
+            work.copy_from_slice(src.unwrap_or(out));
+            if count > 0 && n > 1 {
+                for (r, block) in work.chunks_exact_mut(bytes).enumerate() {
+                    comm.pin_mut()
+                        .reduce(block, dtype.code(), op_code(op), r as i32, tag)?;
+                }
+            }
+            let dst = match src {
+                Some(_) => &mut out[..],
+                None => &mut out[mine.clone()],
+            };
+            dst.copy_from_slice(&work[mine]);
+            if op == ReduceOp::Avg {
+                finish_avg(dtype, dst, n);
+            }
+            Ok(Ok(()))
+        })
+    }
+
+    fn all_to_all(&self, input: Input<'_>, output: &mut BufferMut<'_>) -> Result<()> {
+        let n = self.world;
+        self.run(|g, tag| -> Step {
+            let dtype = output.dtype();
+            let count = check!(per_rank(output.len(), n, "all_to_all output"));
+            let src = check!(input_bytes(&input, dtype, n * count, "all_to_all"));
+            let out = check!(output.host_bytes_mut(B));
+            if count == 0 || n == 1 {
+                if let Some(s) = src {
+                    out.copy_from_slice(s);
+                }
+                return Ok(Ok(()));
+            }
+            let Inner { comm, scratch, .. } = g;
+            let s = match src {
+                Some(s) => s,
+                None => {
+                    let copy = area(scratch, out.len());
+                    copy.copy_from_slice(out);
+                    copy
+                }
+            };
+            comm.pin_mut().all_to_all(s, out, tag)?;
+            Ok(Ok(()))
+        })
+    }
+
+    fn gather(&self, input: Input<'_>, output: &mut BufferMut<'_>, root: usize) -> Result<()> {
+        let (n, me) = (self.world, self.rank);
+        self.run(|g, tag| -> Step {
+            let r = check!(self.check_root(root));
+            let dtype = output.dtype();
+            let count = match &input {
+                Input::Buffer(b) => b.len(),
+                Input::InPlace => check!(per_rank(output.len(), n, "in-place gather output")),
+            };
+            if (me == root || matches!(input, Input::InPlace)) && output.len() != n * count {
+                return Ok(Err(Error::InvalidArgument(format!(
+                    "gather: output has {} elements, expected {} (world {n} x {count})",
+                    output.len(),
+                    n * count
+                ))));
+            }
+            let src = check!(input_bytes(&input, dtype, count, "gather"));
+            let out = check!(output.host_bytes_mut(B));
+            let bytes = count * dtype.size();
+            let mine = me * bytes..(me + 1) * bytes;
+            if count == 0 || n == 1 {
+                if let (Some(s), true) = (src, me == root) {
+                    out[mine].copy_from_slice(s);
+                }
+                return Ok(Ok(()));
+            }
+            let Inner { comm, scratch, .. } = g;
+            let s = match src {
+                Some(s) => s,
+                None => {
+                    let own = area(scratch, bytes);
+                    own.copy_from_slice(&out[mine]);
+                    own
+                }
+            };
+            comm.pin_mut().gather(s, out, r, tag)?;
+            Ok(Ok(()))
+        })
+    }
+
+    fn scatter(&self, input: Input<'_>, output: &mut BufferMut<'_>, root: usize) -> Result<()> {
+        let (n, me) = (self.world, self.rank);
+        self.run(|g, tag| -> Step {
+            let r = check!(self.check_root(root));
+            let dtype = output.dtype();
+            let count = match &input {
+                Input::InPlace => check!(per_rank(output.len(), n, "in-place scatter output")),
+                Input::Buffer(_) => output.len(),
+            };
+            let src = if me == root {
+                check!(input_bytes(&input, dtype, n * count, "scatter"))
+            } else {
+                None
+            };
+            let out = check!(output.host_bytes_mut(B));
+            let bytes = count * dtype.size();
+            let mine = me * bytes..(me + 1) * bytes;
+            let in_place = matches!(input, Input::InPlace);
+            if count == 0 || n == 1 {
+                if let Some(s) = src {
+                    out.copy_from_slice(&s[mine]);
+                }
+                return Ok(Ok(()));
+            }
+            let Inner { comm, scratch, .. } = g;
+            if in_place {
+                // Send from a copy: the root's own block is both a source and
+                // the destination.
+                let copy = area(scratch, if me == root { out.len() } else { 0 });
+                copy.copy_from_slice(if me == root { &out[..] } else { &[] });
+                comm.pin_mut().scatter(copy, &mut out[mine], r, tag)?;
+            } else {
+                comm.pin_mut().scatter(src.unwrap_or(&[]), out, r, tag)?;
+            }
+            Ok(Ok(()))
+        })
+    }
+
+    fn barrier(&self) -> Result<()> {
+        let n = self.world;
+        self.run(|g, tag| -> Step {
+            if n > 1 {
+                g.comm.pin_mut().barrier(tag)?;
+            }
+            Ok(Ok(()))
+        })
+    }
+
+    fn send(&self, buf: &Buffer<'_>, peer: usize) -> Result<()> {
+        self.point_to_point(peer, |comm| {
+            let bytes = check!(buf.host_bytes(B));
+            if !bytes.is_empty() {
+                comm.pin_mut().send(bytes, peer as i32)?;
+            }
+            Ok(Ok(()))
+        })
+    }
+
+    fn recv(&self, buf: &mut BufferMut<'_>, peer: usize) -> Result<()> {
+        self.point_to_point(peer, |comm| {
+            let bytes = check!(buf.host_bytes_mut(B));
+            if !bytes.is_empty() {
+                comm.pin_mut().recv(bytes, peer as i32)?;
+            }
+            Ok(Ok(()))
+        })
+    }
+}
+
+impl GlooComm {
+    /// Send/recv involve only two ranks, so they take no collective tag.
+    fn point_to_point(
+        &self,
+        peer: usize,
+        body: impl FnOnce(&mut cxx::UniquePtr<ffi::Comm>) -> Step,
+    ) -> Result<()> {
+        if peer >= self.world || peer == self.rank {
+            return Err(Error::InvalidArgument(format!(
+                "peer {peer} is not another rank of this world of {}",
+                self.world
+            )));
+        }
+        let mut g = self.lock()?;
+        match body(&mut g.comm) {
+            Ok(res) => res,
+            Err(e) => {
+                let err = gloo_error(&e, self.timeout);
+                g.broken = Some(err.to_string());
+                Err(err)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rendezvous::MemStore;
+
+    fn world(n: usize, f: impl Fn(&GlooComm) + Sync) {
+        let store = MemStore::new(Duration::from_secs(20));
+        let mut opts = Options::new([0; 16]).unwrap();
+        opts.timeout = Duration::from_secs(20);
+        std::thread::scope(|s| {
+            for r in 0..n {
+                let (store, opts, f) = (&store, &opts, &f);
+                s.spawn(move || {
+                    let c = GlooComm::connect(store, r, n, opts).unwrap();
+                    f(&c);
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn all_reduce_sums_on_three_threads() {
+        world(3, |c| {
+            let mut v = vec![c.rank() as f32 + 1.0; 1000];
+            c.all_reduce(
+                Input::InPlace,
+                &mut BufferMut::from_slice(&mut v),
+                ReduceOp::Sum,
+            )
+            .unwrap();
+            assert!(v.iter().all(|&x| x == 6.0));
+        });
+    }
+
+    #[test]
+    fn timeout_when_a_peer_never_calls() {
+        let store = MemStore::new(Duration::from_secs(20));
+        let mut opts = Options::new([0; 16]).unwrap();
+        opts.timeout = Duration::from_millis(500);
+        std::thread::scope(|s| {
+            let h: Vec<_> = (0..2)
+                .map(|r| {
+                    let (store, opts) = (&store, &opts);
+                    s.spawn(move || {
+                        let c = GlooComm::connect(store, r, 2, opts).unwrap();
+                        if r == 0 {
+                            let mut v = vec![0u8; 10];
+                            c.recv(&mut BufferMut::from_slice(&mut v), 1)
+                        } else {
+                            std::thread::sleep(Duration::from_millis(1500));
+                            Ok(())
+                        }
+                    })
+                })
+                .collect();
+            let r0 = h.into_iter().next().unwrap().join().unwrap();
+            assert!(matches!(r0, Err(Error::Timeout { .. })), "{r0:?}");
+        });
+    }
+
+    #[test]
+    fn connect_times_out_through_our_store_when_peers_are_missing() {
+        let store = MemStore::new(Duration::from_millis(300));
+        let opts = Options::new([0; 16]).unwrap();
+        let r = GlooComm::connect(&store, 0, 2, &opts);
+        assert!(matches!(r, Err(Error::Timeout { .. })), "{:?}", r.err());
+    }
+}
