@@ -26,11 +26,14 @@ pub enum Impl {
     /// `ringside sweep --backend gloo --algo ring`: Gloo's ring through
     /// ringside's Communicator (the wrapper's overhead against `gloo-ring`).
     RingsideGloo,
+    /// `mpirun ringside sweep --backend mpi`: MPI_Allreduce through ringside's
+    /// Communicator (the wrapper's overhead against `mpi`).
+    RingsideMpi,
 }
 
 impl Impl {
     /// Every implementation, in table order.
-    pub const ALL: [Impl; 8] = [
+    pub const ALL: [Impl; 9] = [
         Impl::Mpi,
         Impl::GlooRing,
         Impl::GlooRingChunked,
@@ -39,6 +42,7 @@ impl Impl {
         Impl::RingsideShm,
         Impl::RingsideTcp,
         Impl::RingsideGloo,
+        Impl::RingsideMpi,
     ];
 
     /// The default selection: what the project's targets compare.
@@ -61,6 +65,7 @@ impl Impl {
             Impl::RingsideShm => "ringside-shm",
             Impl::RingsideTcp => "ringside-tcp",
             Impl::RingsideGloo => "ringside-gloo",
+            Impl::RingsideMpi => "ringside-mpi",
         }
     }
 

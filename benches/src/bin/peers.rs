@@ -323,6 +323,9 @@ fn plan(imp: Impl, args: &Args, sweep: &Sweep) -> Result<Plan> {
     if imp == Impl::Mpi {
         return Ok(plan_mpi(args, sweep));
     }
+    if imp == Impl::RingsideMpi {
+        return plan_ringside_mpi(args, sweep);
+    }
     if let Some(algo) = imp.gloo_algorithm() {
         return plan_gloo(algo, args, sweep);
     }
@@ -446,6 +449,37 @@ fn plan_ringside(select: &[&str], args: &Args, sweep: &Sweep) -> Plan {
         .args(sweep_flags(sweep))
         .arg("--json");
     Plan::Run(vec![cmd], None)
+}
+
+/// `ringside sweep --backend mpi`, started by `mpirun` like the C MPI peer.
+fn plan_ringside_mpi(args: &Args, sweep: &Sweep) -> Result<Plan> {
+    let ringside = match plan_ringside(&["--backend", "mpi"], args, sweep) {
+        Plan::Run(mut cmds, _) if cmds.len() == 1 => cmds.remove(0),
+        other => return Ok(other),
+    };
+    // Rank 0 of ringside hosts its store on MASTER_PORT: a free one, so
+    // this job cannot collide with another on the default 29500.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .context("picking a free port for ringside's store")?
+        .port();
+    let mut cmd = Command::new(&args.mpirun);
+    // SAFETY: geteuid(2) cannot fail and touches no memory.
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.arg("--allow-run-as-root");
+    }
+    cmd.arg("--oversubscribe")
+        .arg("-np")
+        .arg(args.world.to_string())
+        .args(&args.mpirun_args)
+        .args(["-x", "MASTER_PORT"])
+        .env("MASTER_PORT", port.to_string())
+        .arg(ringside.get_program())
+        .args(ringside.get_args());
+    if std::env::var_os("OMPI_MCA_btl").is_none() {
+        cmd.env("OMPI_MCA_btl", "self,vader");
+    }
+    Ok(Plan::Run(vec![cmd], None))
 }
 
 /// `ringside` in the same directory as this executable (target/<profile>/).

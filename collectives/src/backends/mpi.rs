@@ -20,7 +20,8 @@
 //!
 //! # Semantics
 //! - In-place forms use `MPI_IN_PLACE` (for a library whose `MPI_IN_PLACE` we do
-//!   not know, a copy of the input stands in for it).
+//!   not know, or with `RINGSIDE_MPI_NO_IN_PLACE` set, a copy of the input
+//!   stands in for it).
 //! - `Avg` is `MPI_SUM` followed by [`finish_avg`].
 //! - float16 and bfloat16 have no standard MPI type: they travel as a committed
 //!   2-byte contiguous type, and reductions on them use user-defined,
@@ -47,6 +48,10 @@ use crate::rendezvous::KeyValue;
 use crate::{Backend, Communicator, Input};
 
 const B: Backend = Backend::Mpi;
+
+/// Set (to anything) to pass in-place inputs as copies instead of with
+/// `MPI_IN_PLACE`, as for an MPI library whose `MPI_IN_PLACE` we do not know.
+pub const NO_IN_PLACE_VAR: &str = "RINGSIDE_MPI_NO_IN_PLACE";
 
 /// The tag of every point-to-point message: ordering between one pair of ranks
 /// on one communicator is what matches sends to receives, as in the reference.
@@ -221,7 +226,12 @@ fn build_runtime(provided: Threading) -> Result<Runtime> {
             }
         }
         Ok(Runtime {
-            in_place: in_place_address(&library_version()),
+            // RINGSIDE_MPI_NO_IN_PLACE=1 forces the copying stand-in, so its
+            // path is tested on OpenMPI too.
+            in_place: match std::env::var_os(NO_IN_PLACE_VAR) {
+                Some(_) => None,
+                None => in_place_address(&library_version()),
+            },
             serial: (provided != Threading::Multiple).then(|| Mutex::new(())),
             half,
             half_ops,
@@ -820,10 +830,8 @@ impl Communicator for MpiComm {
     }
 
     fn barrier(&self) -> Result<()> {
-        noted((|| -> Result<()> {
-            // SAFETY: a plain collective on our communicator.
-            self.call("MPI_Barrier", || unsafe { ffi::MPI_Barrier(self.comm) })
-        })())
+        // SAFETY: a plain collective on our communicator.
+        noted(self.call("MPI_Barrier", || unsafe { ffi::MPI_Barrier(self.comm) }))
     }
 
     fn send(&self, buf: &Buffer<'_>, peer: usize) -> Result<()> {
