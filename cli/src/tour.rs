@@ -68,11 +68,11 @@ const LANES: [Lane; 5] = [
     },
 ];
 
+/// A lane's communicator, or why this job cannot have one.
+type LaneComm = Result<Box<dyn Communicator>, String>;
+
 /// Connects every lane this job can serve; the others come back with a reason.
-fn connect_lanes(
-    rdv: &Rendezvous,
-    timeout: Duration,
-) -> Vec<(&'static Lane, Result<Box<dyn Communicator>, String>)> {
+fn connect_lanes(rdv: &Rendezvous, timeout: Duration) -> Vec<(&'static Lane, LaneComm)> {
     LANES
         .iter()
         .map(|lane| {
