@@ -87,9 +87,13 @@ fn run(cli: Cli) -> Result<()> {
         }
         Task::Tour { args } => {
             setup::run(&root)?;
-            let mut cmd = steps::cargo(&root);
-            cmd.args(["run", "--release", "--package", "ringside", "--", "tour"]);
-            cmd.args(args);
+            let mut build = steps::cargo(&root);
+            build.args(["build", "--release", "--package", "ringside"]);
+            ui::say(&format!("running {}", ui::show_command(&build)));
+            if !build.status()?.success() {
+                anyhow::bail!("building ringside failed");
+            }
+            let mut cmd = tour_command(&root, &args)?;
             ui::say(&format!("running {}", ui::show_command(&cmd)));
             let status = cmd.status()?;
             if !status.success() {
@@ -98,6 +102,38 @@ fn run(cli: Cli) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The tour runs its 2 ranks under `mpirun` when OpenMPI is installed (set-up
+/// installs it), so the MPI backend takes part beside the others; ringside's own
+/// store gets a free port so a stray job on 29500 cannot get in the way.
+fn tour_command(root: &std::path::Path, args: &[String]) -> Result<std::process::Command> {
+    let ringside = root.join("target/release/ringside");
+    let have_mpirun = std::process::Command::new("mpirun")
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !have_mpirun {
+        let mut cmd = std::process::Command::new(ringside);
+        cmd.arg("tour").args(args);
+        return Ok(cmd);
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut cmd = std::process::Command::new("mpirun");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.arg("--allow-run-as-root");
+    }
+    cmd.args(["--oversubscribe", "-np", "2", "-x"])
+        .arg(format!("MASTER_PORT={port}"))
+        .arg(ringside)
+        .arg("tour")
+        .args(args);
+    Ok(cmd)
 }
 
 /// The workspace root: the parent of this crate's folder.

@@ -310,3 +310,19 @@ pub trait Transport: Send {
     /// out. Never blocks for long; the transport is unusable afterwards.
     fn abort(&mut self, reason: &str);
 }
+
+/// CPUs online on this host, for deciding whether waiting ranks may spin.
+///
+/// Not `available_parallelism`: that follows this process's affinity mask, and
+/// a launcher that binds each rank to one core (mpirun does by default) would
+/// make every rank believe the ranks outnumber the cores — and sleep instead of
+/// spinning, adding a wake-up (tens of µs) to every small message.
+pub(crate) fn host_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n > 0 {
+        n as usize
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+}

@@ -452,7 +452,7 @@ impl ShmTransport {
             .collect();
         // All ranks of this transport share the host, so the world size is
         // the number of ranks competing for its cores.
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = super::host_cpus();
         let (spin_time, yields) = if world > cores {
             (OVERSUBSCRIBED_SPIN_TIME, OVERSUBSCRIBED_YIELDS)
         } else {

@@ -872,7 +872,7 @@ fn lost_or_io(peer: usize, e: io::Error, doing: String) -> Error {
 /// Busy-poll budget: 50 µs while every rank can have a core of its own
 /// (judged by the world size against this host's cores), none otherwise.
 fn spin_budget(world_size: usize) -> Duration {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = super::host_cpus();
     if world_size <= cores {
         Duration::from_micros(50)
     } else {
