@@ -52,12 +52,15 @@ struct Args {
     /// Warm-up iterations per size (not timed).
     #[arg(short = 'w', long, default_value_t = 5)]
     warmup: u32,
-    /// Implementations to run, comma-separated: mpi, gloo-ring,
-    /// gloo-ring-chunked, gloo-halving-doubling, gloo-allreduce,
-    /// ringside-shm, ringside-tcp.
+    /// Implementations to run, comma-separated (the possible values are listed
+    /// below: the libraries called directly, then ringside's backends).
     #[arg(
         long = "impl",
-        default_value = "mpi,gloo-ring,ringside-shm,ringside-tcp"
+        default_value = "mpi,gloo-ring,ringside-shm,ringside-tcp",
+        long_help = format!(
+            "Implementations to run, comma-separated. One of: {}",
+            ringside_benches::impls::Impl::names()
+        )
     )]
     impls: String,
     /// Write every result record here, one JSON object per line.
