@@ -11,28 +11,46 @@
 //! escapes as an abort. After any error the communicator refuses further calls.
 //!
 //! **all_reduce algorithm**: `RINGSIDE_GLOO_ALGO=ring|ring_chunked|halving_doubling|bcube|default`
-//! if set, else `opts.algo`: `Ring` → `gloo::AllreduceRing`,
-//! `HalvingDoubling` → `gloo::AllreduceHalvingDoubling`, anything else →
-//! `gloo::allreduce` with Gloo's default (what PyTorch's ProcessGroupGloo calls).
+//! if set, else `opts.algo`: `Ring` → ring, `HalvingDoubling` →
+//! halving_doubling, anything else → default. `default`, `ring` and `bcube`
+//! are `gloo::allreduce` (the entry point PyTorch's ProcessGroupGloo calls)
+//! with Gloo's choice, `Algorithm::RING` or `Algorithm::BCUBE`.
+//! `ring_chunked` and `halving_doubling` exist only as Gloo's classic
+//! algorithm objects (`gloo::AllreduceRingChunked`,
+//! `gloo::AllreduceHalvingDoubling`), which are bound to one buffer: the shim
+//! builds one per (algorithm, dtype, op, count), keeps up to 16 (every rank
+//! builds and evicts the same ones at the same call, behind a barrier), and
+//! copies the caller's data through its work buffer. They run on a second
+//! context and TCP device of their own, made over the first (no store
+//! traffic).
+//!
+//! **Known issue**: with a classic algorithm selected, the full conformance
+//! matrix hangs in a later options-style collective (`gloo::reduce` or
+//! `gloo::allgather`, every rank waiting in Gloo) after the 4 MiB all_reduce
+//! cases, even on the separate context and device; the quick matrix passes.
+//! Not root-caused (it is not slot collisions). Gloo's classic
+//! `ReduceScatterHalvingDoubling`, built per call, also gave wrong results,
+//! hence reduce_scatter below.
 //!
 //! How each collective maps onto Gloo:
 //!
 //! | collective | Gloo |
 //! |---|---|
 //! | all_reduce | the algorithm above, in place on the output |
-//! | broadcast, reduce, all_gather, all_to_all, gather, scatter, barrier | `gloo::broadcast`, `gloo::reduce`, ... (options API) |
-//! | reduce_scatter | n `gloo::reduce` calls (block r to rank r) on a copy of the input: Gloo 0.5's `ReduceScatterHalvingDoubling` overwrites data it is still sending (wrong results seen at 64 KiB) |
+//! | broadcast, reduce, all_gather, all_to_all, gather, scatter, barrier | `gloo::broadcast`, `gloo::reduce`, ... (options API; reduce is `gloo::allreduce` while a classic algorithm is selected) |
+//! | reduce_scatter | n `gloo::reduce` calls (block r to rank r) on a scratch copy of the input  |
 //! | send / recv | unbound buffers on one fixed slot (Gloo keeps per-peer order) |
 //!
-//! Gloo has no bfloat16 and no in-place forms; neither is declined here:
-//! reductions are the shim's own kernels for every dtype (bf16, f16 through
-//! f32, rounding once per step; integers wrap), so every dtype runs on every
-//! algorithm, and in-place forms stage through scratch copies. `Avg` is a
-//! sum followed by [`finish_avg`]. Reduce on non-root ranks runs in scratch
-//! memory, so their buffers are left unchanged. Declined, identically on
-//! every rank and before any communication ([`Error::Unsupported`]):
-//! device (CUDA) buffers; more than `i32::MAX` elements (Gloo's classic
-//! algorithms count in `int`); `bcube` at a world size it cannot factor.
+//! Nothing in the conformance matrix is declined. Gloo has no bfloat16 and
+//! its collectives do not take aliased input and output; instead of
+//! declining those, reductions use the shim's own kernels for every dtype
+//! (bf16 and f16 through f32, rounding once per step; integers wrap), and
+//! in-place forms stage through scratch copies. `Avg` is a sum followed by
+//! [`finish_avg`]. Reduce on non-root ranks runs in scratch memory, so their
+//! buffers are left unchanged. Declined, identically on every rank and
+//! before any communication ([`Error::Unsupported`]): device (CUDA) buffers;
+//! more than `i32::MAX` elements on a classic algorithm (they count in
+//! `int`).
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -67,6 +85,7 @@ mod ffi {
             iface: &str,
             hostname: &str,
             timeout_ms: i64,
+            classic: bool,
         ) -> Result<UniquePtr<Comm>>;
         fn all_reduce(
             self: Pin<&mut Comm>,
@@ -154,17 +173,22 @@ fn kv_get(kv: &Kv<'_>, key: &cxx::CxxString) -> std::result::Result<Vec<u8>, Str
 pub enum GlooAlgo {
     /// `gloo::allreduce` with Gloo's own choice.
     Default = 0,
-    /// `gloo::AllreduceRing`.
+    /// `gloo::allreduce` with `Algorithm::RING`.
     Ring = 1,
-    /// `gloo::AllreduceRingChunked`.
+    /// `gloo::AllreduceRingChunked` (a classic algorithm object).
     RingChunked = 2,
-    /// `gloo::AllreduceHalvingDoubling`.
+    /// `gloo::AllreduceHalvingDoubling` (a classic algorithm object).
     HalvingDoubling = 3,
-    /// `gloo::AllreduceBcube`.
+    /// `gloo::allreduce` with `Algorithm::BCUBE`.
     Bcube = 4,
 }
 
 impl GlooAlgo {
+    /// Whether this is one of Gloo's classic algorithm objects.
+    pub fn is_classic(self) -> bool {
+        matches!(self, GlooAlgo::RingChunked | GlooAlgo::HalvingDoubling)
+    }
+
     /// Parses `ring`, `ring_chunked`, `halving_doubling`, `bcube` or `default`.
     pub fn parse(s: &str) -> Option<GlooAlgo> {
         Some(match s.to_ascii_lowercase().replace('-', "_").as_str() {
@@ -284,12 +308,6 @@ fn op_code(op: ReduceOp) -> u8 {
     }
 }
 
-/// Bcube groups ranks by a base (2); Gloo's implementation needs the world
-/// to be a power of it.
-fn bcube_can(world: usize) -> bool {
-    world.is_power_of_two()
-}
-
 impl GlooComm {
     /// Rendezvous through `store` and connect Gloo's TCP full mesh.
     pub fn connect(
@@ -306,17 +324,26 @@ impl GlooComm {
         let algo = GlooAlgo::choose(opts.algo)?;
         let iface = std::env::var("GLOO_SOCKET_IFNAME").unwrap_or_default();
         let hostname = opts.listen_ip.to_string();
+        let classic = algo.is_classic();
         let kv = Kv {
             store,
             prefix: format!("{}gloo/", opts.prefix),
             first_error: Mutex::new(None),
         };
         let ms = i64::try_from(opts.timeout.as_millis()).unwrap_or(i64::MAX);
-        let comm =
-            ffi::connect(&kv, rank as i32, world as i32, &iface, &hostname, ms).map_err(|e| {
-                let stored = kv.first_error.lock().ok().and_then(|mut s| s.take());
-                stored.unwrap_or_else(|| gloo_error(&e, opts.timeout))
-            })?;
+        let comm = ffi::connect(
+            &kv,
+            rank as i32,
+            world as i32,
+            &iface,
+            &hostname,
+            ms,
+            classic,
+        )
+        .map_err(|e| {
+            let stored = kv.first_error.lock().ok().and_then(|mut s| s.take());
+            stored.unwrap_or_else(|| gloo_error(&e, opts.timeout))
+        })?;
         Ok(GlooComm {
             rank,
             world,
@@ -422,14 +449,8 @@ impl Communicator for GlooComm {
             let (dtype, count) = (output.dtype(), output.len());
             let src = check!(input_bytes(&input, dtype, count, "all_reduce"));
             let out = check!(output.host_bytes_mut(B));
-            if algo != GlooAlgo::Default {
+            if algo.is_classic() {
                 check!(fits_int(count, "all_reduce"));
-            }
-            if algo == GlooAlgo::Bcube && !bcube_can(n) {
-                return Ok(Err(Error::Unsupported {
-                    backend: B,
-                    what: format!("bcube all_reduce on {n} ranks (needs a power of 2)"),
-                }));
             }
             if let Some(s) = src {
                 out.copy_from_slice(s);
