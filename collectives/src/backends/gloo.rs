@@ -55,10 +55,11 @@
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use super::args::{area, input_bytes, per_rank};
 use crate::algorithms::Algo;
 use crate::backends::Options;
 use crate::buffer::{Buffer, BufferMut};
-use crate::element::{DType, ReduceOp, finish_avg};
+use crate::element::{ReduceOp, finish_avg};
 use crate::error::{Error, Result};
 use crate::rendezvous::KeyValue;
 use crate::{Backend, Communicator, Input};
@@ -244,50 +245,6 @@ struct Inner {
     scratch: Vec<u64>,
 }
 
-/// An 8-byte-aligned scratch area of `bytes` bytes (aligned for every dtype).
-fn area(v: &mut Vec<u64>, bytes: usize) -> &mut [u8] {
-    let words = bytes.div_ceil(8);
-    if v.len() < words {
-        v.resize(words, 0);
-    }
-    &mut bytemuck::cast_slice_mut(v.as_mut_slice())[..bytes]
-}
-
-fn input_bytes<'a>(
-    input: &'a Input<'_>,
-    dtype: DType,
-    len: usize,
-    what: &str,
-) -> Result<Option<&'a [u8]>> {
-    match input {
-        Input::InPlace => Ok(None),
-        Input::Buffer(b) => {
-            if b.dtype() != dtype {
-                return Err(Error::InvalidArgument(format!(
-                    "{what}: input is {} but output is {dtype}",
-                    b.dtype()
-                )));
-            }
-            if b.len() != len {
-                return Err(Error::InvalidArgument(format!(
-                    "{what}: input has {} elements, expected {len}",
-                    b.len()
-                )));
-            }
-            b.host_bytes(B).map(Some)
-        }
-    }
-}
-
-fn per_rank(total: usize, n: usize, what: &str) -> Result<usize> {
-    if total % n != 0 {
-        return Err(Error::InvalidArgument(format!(
-            "{what}: {total} elements is not a multiple of the world size {n}"
-        )));
-    }
-    Ok(total / n)
-}
-
 /// Gloo's classic algorithms count elements in `int`.
 fn fits_int(count: usize, what: &str) -> Result<()> {
     if i32::try_from(count).is_err() {
@@ -447,7 +404,7 @@ impl Communicator for GlooComm {
         let (n, algo) = (self.world, self.algo);
         self.run(|g, tag| -> Step {
             let (dtype, count) = (output.dtype(), output.len());
-            let src = check!(input_bytes(&input, dtype, count, "all_reduce"));
+            let src = check!(input_bytes(B, &input, dtype, count, "all_reduce"));
             let out = check!(output.host_bytes_mut(B));
             if algo.is_classic() {
                 check!(fits_int(count, "all_reduce"));
@@ -474,7 +431,7 @@ impl Communicator for GlooComm {
             let r = check!(self.check_root(root));
             let (dtype, count) = (output.dtype(), output.len());
             let src = if me == root {
-                check!(input_bytes(&input, dtype, count, "broadcast"))
+                check!(input_bytes(B, &input, dtype, count, "broadcast"))
             } else {
                 None
             };
@@ -511,7 +468,7 @@ impl Communicator for GlooComm {
                     output.len()
                 ))));
             }
-            let src = check!(input_bytes(&input, dtype, count, "reduce"));
+            let src = check!(input_bytes(B, &input, dtype, count, "reduce"));
             let out = check!(output.host_bytes_mut(B));
             let bytes = count * dtype.size();
             if me == root {
@@ -548,7 +505,7 @@ impl Communicator for GlooComm {
         self.run(|g, tag| -> Step {
             let dtype = output.dtype();
             let count = check!(per_rank(output.len(), n, "all_gather output"));
-            let src = check!(input_bytes(&input, dtype, count, "all_gather"));
+            let src = check!(input_bytes(B, &input, dtype, count, "all_gather"));
             let out = check!(output.host_bytes_mut(B));
             let bytes = count * dtype.size();
             let mine = me * bytes..(me + 1) * bytes;
@@ -588,7 +545,7 @@ impl Communicator for GlooComm {
                 }
                 Input::Buffer(_) => output.len(),
             };
-            let src = check!(input_bytes(&input, dtype, n * count, "reduce_scatter"));
+            let src = check!(input_bytes(B, &input, dtype, n * count, "reduce_scatter"));
             let out = check!(output.host_bytes_mut(B));
             let bytes = count * dtype.size();
             let mine = me * bytes..(me + 1) * bytes;
@@ -620,7 +577,7 @@ impl Communicator for GlooComm {
         self.run(|g, tag| -> Step {
             let dtype = output.dtype();
             let count = check!(per_rank(output.len(), n, "all_to_all output"));
-            let src = check!(input_bytes(&input, dtype, n * count, "all_to_all"));
+            let src = check!(input_bytes(B, &input, dtype, n * count, "all_to_all"));
             let out = check!(output.host_bytes_mut(B));
             if count == 0 || n == 1 {
                 if let Some(s) = src {
@@ -658,7 +615,7 @@ impl Communicator for GlooComm {
                     n * count
                 ))));
             }
-            let src = check!(input_bytes(&input, dtype, count, "gather"));
+            let src = check!(input_bytes(B, &input, dtype, count, "gather"));
             let out = check!(output.host_bytes_mut(B));
             let bytes = count * dtype.size();
             let mine = me * bytes..(me + 1) * bytes;
@@ -692,7 +649,7 @@ impl Communicator for GlooComm {
                 Input::Buffer(_) => output.len(),
             };
             let src = if me == root {
-                check!(input_bytes(&input, dtype, n * count, "scatter"))
+                check!(input_bytes(B, &input, dtype, n * count, "scatter"))
             } else {
                 None
             };

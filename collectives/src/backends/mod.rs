@@ -1,5 +1,6 @@
 //! Backends behind [`crate::Communicator`], chosen at run time by name.
 
+mod args;
 pub mod disabled;
 #[cfg(feature = "gloo")]
 pub mod gloo;

@@ -40,6 +40,7 @@ use mpi::Threading;
 use mpi::environment::Universe;
 use mpi::ffi;
 
+use super::args::{input_bytes, per_rank};
 use crate::backends::Options;
 use crate::buffer::{Buffer, BufferMut};
 use crate::element::{DType, ReduceOp, finish_avg, reduce_into};
@@ -354,41 +355,6 @@ fn mptr(s: &mut [u8]) -> *mut c_void {
     }
 }
 
-fn input_bytes<'a>(
-    input: &'a Input<'_>,
-    dtype: DType,
-    len: usize,
-    what: &str,
-) -> Result<Option<&'a [u8]>> {
-    match input {
-        Input::InPlace => Ok(None),
-        Input::Buffer(b) => {
-            if b.dtype() != dtype {
-                return Err(Error::InvalidArgument(format!(
-                    "{what}: input is {} but output is {dtype}",
-                    b.dtype()
-                )));
-            }
-            if b.len() != len {
-                return Err(Error::InvalidArgument(format!(
-                    "{what}: input has {} elements, expected {len}",
-                    b.len()
-                )));
-            }
-            b.host_bytes(B).map(Some)
-        }
-    }
-}
-
-fn per_rank(total: usize, n: usize, what: &str) -> Result<usize> {
-    if total % n != 0 {
-        return Err(Error::InvalidArgument(format!(
-            "{what}: {total} elements is not a multiple of the world size {n}"
-        )));
-    }
-    Ok(total / n)
-}
-
 impl Runtime {
     fn lock(&self) -> Result<Option<MutexGuard<'_, ()>>> {
         match &self.serial {
@@ -555,7 +521,7 @@ impl Communicator for MpiComm {
     fn all_reduce(&self, input: Input<'_>, output: &mut BufferMut<'_>, op: ReduceOp) -> Result<()> {
         noted((|| -> Result<()> {
             let (dtype, count) = (output.dtype(), output.len());
-            let src = input_bytes(&input, dtype, count, "all_reduce")?;
+            let src = input_bytes(B, &input, dtype, count, "all_reduce")?;
             let (dt, mop, n) = (
                 self.rt.datatype(dtype),
                 self.rt.op(dtype, op),
@@ -584,7 +550,7 @@ impl Communicator for MpiComm {
             let r = self.check_root(root)?;
             let (dtype, count) = (output.dtype(), output.len());
             let src = if self.rank == root {
-                input_bytes(&input, dtype, count, "broadcast")?
+                input_bytes(B, &input, dtype, count, "broadcast")?
             } else {
                 None
             };
@@ -622,7 +588,7 @@ impl Communicator for MpiComm {
                     output.len()
                 )));
             }
-            let src = input_bytes(&input, dtype, count, "reduce")?;
+            let src = input_bytes(B, &input, dtype, count, "reduce")?;
             let (dt, mop, n) = (
                 self.rt.datatype(dtype),
                 self.rt.op(dtype, op),
@@ -655,7 +621,7 @@ impl Communicator for MpiComm {
             let (nr, me) = (self.world, self.rank);
             let dtype = output.dtype();
             let count = per_rank(output.len(), nr, "all_gather output")?;
-            let src = input_bytes(&input, dtype, count, "all_gather")?;
+            let src = input_bytes(B, &input, dtype, count, "all_gather")?;
             let (dt, n) = (self.rt.datatype(dtype), int(count, "all_gather")?);
             let out = output.host_bytes_mut(B)?;
             let block = count * dtype.size();
@@ -685,7 +651,7 @@ impl Communicator for MpiComm {
                 Input::InPlace => per_rank(output.len(), nr, "in-place reduce_scatter output")?,
                 Input::Buffer(_) => output.len(),
             };
-            let src = input_bytes(&input, dtype, nr * count, "reduce_scatter")?;
+            let src = input_bytes(B, &input, dtype, nr * count, "reduce_scatter")?;
             let (dt, mop, n) = (
                 self.rt.datatype(dtype),
                 self.rt.op(dtype, op),
@@ -736,7 +702,7 @@ impl Communicator for MpiComm {
             let nr = self.world;
             let dtype = output.dtype();
             let count = per_rank(output.len(), nr, "all_to_all output")?;
-            let src = input_bytes(&input, dtype, nr * count, "all_to_all")?;
+            let src = input_bytes(B, &input, dtype, nr * count, "all_to_all")?;
             let (dt, n) = (self.rt.datatype(dtype), int(count, "all_to_all")?);
             let out = output.host_bytes_mut(B)?;
             let mut copy = Vec::new();
@@ -768,7 +734,7 @@ impl Communicator for MpiComm {
                     nr * count
                 )));
             }
-            let src = input_bytes(&input, dtype, count, "gather")?;
+            let src = input_bytes(B, &input, dtype, count, "gather")?;
             let (dt, n) = (self.rt.datatype(dtype), int(count, "gather")?);
             let out = output.host_bytes_mut(B)?;
             let block = count * dtype.size();
@@ -800,7 +766,7 @@ impl Communicator for MpiComm {
                 Input::Buffer(_) => output.len(),
             };
             let src = if me == root {
-                input_bytes(&input, dtype, nr * count, "scatter")?
+                input_bytes(B, &input, dtype, nr * count, "scatter")?
             } else {
                 None
             };

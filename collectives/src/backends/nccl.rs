@@ -67,6 +67,7 @@ use cudarc::nccl::sys::{
 };
 
 use super::Options;
+use super::args::per_rank;
 use crate::buffer::{Buffer, BufferMut, Location};
 use crate::deadline::Deadline;
 use crate::element::{DType, ReduceOp, finish_avg};
@@ -679,15 +680,6 @@ fn input_len(input: &Input<'_>, dtype: DType, len: usize, what: &str) -> Result<
         }
     }
     Ok(())
-}
-
-fn per_rank(total: usize, n: usize, what: &str) -> Result<usize> {
-    if total % n != 0 {
-        return Err(Error::InvalidArgument(format!(
-            "{what}: {total} elements is not a multiple of the world size {n}"
-        )));
-    }
-    Ok(total / n)
 }
 
 impl Communicator for NcclComm {

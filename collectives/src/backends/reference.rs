@@ -14,6 +14,7 @@
 use std::ops::Range;
 use std::sync::{Mutex, MutexGuard};
 
+use super::args::{area, input_bytes, per_rank};
 use crate::algorithms::{
     self, Algo, Peers, dissemination, halving_doubling, linear, pairwise, recursive_doubling, ring,
     tree,
@@ -43,51 +44,6 @@ struct Inner {
     broken: Option<String>,
     scratch: Vec<u64>,
     scratch2: Vec<u64>,
-}
-
-/// An 8-byte-aligned scratch area of `bytes` bytes (aligned, so reductions take
-/// the vectorised path).
-fn area(v: &mut Vec<u64>, bytes: usize) -> &mut [u8] {
-    let words = bytes.div_ceil(8);
-    if v.len() < words {
-        v.resize(words, 0);
-    }
-    &mut bytemuck::cast_slice_mut(v.as_mut_slice())[..bytes]
-}
-
-fn input_bytes<'a>(
-    input: &'a Input<'_>,
-    dtype: DType,
-    len: usize,
-    what: &str,
-) -> Result<Option<&'a [u8]>> {
-    match input {
-        Input::InPlace => Ok(None),
-        Input::Buffer(b) => {
-            if b.dtype() != dtype {
-                return Err(Error::InvalidArgument(format!(
-                    "{what}: input is {} but output is {dtype}",
-                    b.dtype()
-                )));
-            }
-            if b.len() != len {
-                return Err(Error::InvalidArgument(format!(
-                    "{what}: input has {} elements, expected {len}",
-                    b.len()
-                )));
-            }
-            b.host_bytes(B).map(Some)
-        }
-    }
-}
-
-fn per_rank(total: usize, n: usize, what: &str) -> Result<usize> {
-    if total % n != 0 {
-        return Err(Error::InvalidArgument(format!(
-            "{what}: {total} elements is not a multiple of the world size {n}"
-        )));
-    }
-    Ok(total / n)
 }
 
 fn blocks(count: usize, n: usize, esize: usize) -> Vec<Range<usize>> {
@@ -218,7 +174,7 @@ impl Communicator for ReferenceComm {
         let n = self.world;
         self.run(Collective::AllReduce, |g, seq| {
             let (dtype, count) = (output.dtype(), output.len());
-            let src = input_bytes(&input, dtype, count, "all_reduce")?;
+            let src = input_bytes(B, &input, dtype, count, "all_reduce")?;
             let out = output.host_bytes_mut(B)?;
             let tag = tag(Collective::AllReduce, seq, dtype, Some(op), 0, count);
             if n == 1 {
@@ -279,7 +235,7 @@ impl Communicator for ReferenceComm {
             self.check_root(root)?;
             let (dtype, count) = (output.dtype(), output.len());
             let src = if self.rank == root {
-                input_bytes(&input, dtype, count, "broadcast")?
+                input_bytes(B, &input, dtype, count, "broadcast")?
             } else {
                 None
             };
@@ -314,7 +270,7 @@ impl Communicator for ReferenceComm {
                     output.len()
                 )));
             }
-            let src = input_bytes(&input, dtype, count, "reduce")?;
+            let src = input_bytes(B, &input, dtype, count, "reduce")?;
             let out = output.host_bytes_mut(B)?;
             let tag = tag(Collective::Reduce, seq, dtype, Some(op), root, count);
             g.agree(tag)?;
@@ -345,7 +301,7 @@ impl Communicator for ReferenceComm {
         self.run(Collective::AllGather, |g, seq| {
             let dtype = output.dtype();
             let count = per_rank(output.len(), n, "all_gather output")?;
-            let src = input_bytes(&input, dtype, count, "all_gather")?;
+            let src = input_bytes(B, &input, dtype, count, "all_gather")?;
             let out = output.host_bytes_mut(B)?;
             let tag = tag(Collective::AllGather, seq, dtype, None, 0, count);
             g.agree(tag)?;
@@ -370,7 +326,7 @@ impl Communicator for ReferenceComm {
                 Input::InPlace => per_rank(output.len(), n, "in-place reduce_scatter output")?,
                 Input::Buffer(_) => output.len(),
             };
-            let src = input_bytes(&input, dtype, n * count, "reduce_scatter")?;
+            let src = input_bytes(B, &input, dtype, n * count, "reduce_scatter")?;
             let out = output.host_bytes_mut(B)?;
             let tag = tag(Collective::ReduceScatter, seq, dtype, Some(op), 0, count);
             g.agree(tag)?;
@@ -402,7 +358,7 @@ impl Communicator for ReferenceComm {
         self.run(Collective::AllToAll, |g, seq| {
             let dtype = output.dtype();
             let count = per_rank(output.len(), n, "all_to_all output")?;
-            let src = input_bytes(&input, dtype, n * count, "all_to_all")?;
+            let src = input_bytes(B, &input, dtype, n * count, "all_to_all")?;
             let out = output.host_bytes_mut(B)?;
             let tag = tag(Collective::AllToAll, seq, dtype, None, 0, count);
             g.agree(tag)?;
@@ -438,7 +394,7 @@ impl Communicator for ReferenceComm {
                     n * count
                 )));
             }
-            let src = input_bytes(&input, dtype, count, "gather")?;
+            let src = input_bytes(B, &input, dtype, count, "gather")?;
             let out = output.host_bytes_mut(B)?;
             let tag = tag(Collective::Gather, seq, dtype, None, root, count);
             g.agree(tag)?;
@@ -466,7 +422,7 @@ impl Communicator for ReferenceComm {
                 Input::Buffer(_) => output.len(),
             };
             let src = if me == root {
-                input_bytes(&input, dtype, n * count, "scatter")?
+                input_bytes(B, &input, dtype, n * count, "scatter")?
             } else {
                 None
             };
