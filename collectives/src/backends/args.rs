@@ -54,3 +54,48 @@ pub(crate) fn per_rank(total: usize, n: usize, what: &str) -> Result<usize> {
     }
     Ok(total / n)
 }
+
+/// `root` must be a rank of a world of `world`.
+pub(crate) fn check_root(root: usize, world: usize) -> Result<()> {
+    if root >= world {
+        return Err(Error::InvalidArgument(format!(
+            "root {root} is not a rank of this world of {world}"
+        )));
+    }
+    Ok(())
+}
+
+/// gather's per-rank count, checking that the output holds one block per rank
+/// wherever it is written (the root) or holds the input (in place, every rank).
+pub(crate) fn gather_count(
+    input: &Input<'_>,
+    output_len: usize,
+    n: usize,
+    is_root: bool,
+) -> Result<usize> {
+    let count = match input {
+        Input::Buffer(b) => b.len(),
+        Input::InPlace => per_rank(output_len, n, "in-place gather output")?,
+    };
+    if (is_root || matches!(input, Input::InPlace)) && output_len != n * count {
+        return Err(Error::InvalidArgument(format!(
+            "gather: output has {output_len} elements, expected {} (world {n} x {count})",
+            n * count
+        )));
+    }
+    Ok(count)
+}
+
+/// The per-rank count of a collective whose output is one block out of place
+/// and one block per rank in place (reduce_scatter, scatter); `what` names it.
+pub(crate) fn blocked_count(
+    input: &Input<'_>,
+    output_len: usize,
+    n: usize,
+    what: &str,
+) -> Result<usize> {
+    match input {
+        Input::InPlace => per_rank(output_len, n, &format!("in-place {what} output")),
+        Input::Buffer(_) => Ok(output_len),
+    }
+}

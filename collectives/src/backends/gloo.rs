@@ -55,7 +55,7 @@
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::args::{area, input_bytes, per_rank};
+use super::args::{self, area, blocked_count, gather_count, input_bytes, per_rank};
 use crate::algorithms::Algo;
 use crate::backends::Options;
 use crate::buffer::{Buffer, BufferMut};
@@ -333,12 +333,7 @@ impl GlooComm {
     }
 
     fn check_root(&self, root: usize) -> Result<i32> {
-        if root >= self.world {
-            return Err(Error::InvalidArgument(format!(
-                "root {root} is not a rank of this world of {}",
-                self.world
-            )));
-        }
+        args::check_root(root, self.world)?;
         Ok(root as i32)
     }
 
@@ -539,12 +534,7 @@ impl Communicator for GlooComm {
         let (n, me) = (self.world, self.rank);
         self.run(|g, tag| -> Step {
             let dtype = output.dtype();
-            let count = match &input {
-                Input::InPlace => {
-                    check!(per_rank(output.len(), n, "in-place reduce_scatter output"))
-                }
-                Input::Buffer(_) => output.len(),
-            };
+            let count = check!(blocked_count(&input, output.len(), n, "reduce_scatter"));
             let src = check!(input_bytes(B, &input, dtype, n * count, "reduce_scatter"));
             let out = check!(output.host_bytes_mut(B));
             let bytes = count * dtype.size();
@@ -604,17 +594,7 @@ impl Communicator for GlooComm {
         self.run(|g, tag| -> Step {
             let r = check!(self.check_root(root));
             let dtype = output.dtype();
-            let count = match &input {
-                Input::Buffer(b) => b.len(),
-                Input::InPlace => check!(per_rank(output.len(), n, "in-place gather output")),
-            };
-            if (me == root || matches!(input, Input::InPlace)) && output.len() != n * count {
-                return Ok(Err(Error::InvalidArgument(format!(
-                    "gather: output has {} elements, expected {} (world {n} x {count})",
-                    output.len(),
-                    n * count
-                ))));
-            }
+            let count = check!(gather_count(&input, output.len(), n, me == root));
             let src = check!(input_bytes(B, &input, dtype, count, "gather"));
             let out = check!(output.host_bytes_mut(B));
             let bytes = count * dtype.size();
@@ -644,10 +624,7 @@ impl Communicator for GlooComm {
         self.run(|g, tag| -> Step {
             let r = check!(self.check_root(root));
             let dtype = output.dtype();
-            let count = match &input {
-                Input::InPlace => check!(per_rank(output.len(), n, "in-place scatter output")),
-                Input::Buffer(_) => output.len(),
-            };
+            let count = check!(blocked_count(&input, output.len(), n, "scatter"));
             let src = if me == root {
                 check!(input_bytes(B, &input, dtype, n * count, "scatter"))
             } else {

@@ -40,7 +40,7 @@ use mpi::Threading;
 use mpi::environment::Universe;
 use mpi::ffi;
 
-use super::args::{input_bytes, per_rank};
+use super::args::{self, blocked_count, gather_count, input_bytes, per_rank};
 use crate::backends::Options;
 use crate::buffer::{Buffer, BufferMut};
 use crate::element::{DType, ReduceOp, finish_avg, reduce_into};
@@ -468,12 +468,7 @@ impl MpiComm {
     }
 
     fn check_root(&self, root: usize) -> Result<c_int> {
-        if root >= self.world {
-            return Err(Error::InvalidArgument(format!(
-                "root {root} is not a rank of this world of {}",
-                self.world
-            )));
-        }
+        args::check_root(root, self.world)?;
         int(root, "root")
     }
 
@@ -647,10 +642,7 @@ impl Communicator for MpiComm {
         noted((|| -> Result<()> {
             let (nr, me) = (self.world, self.rank);
             let dtype = output.dtype();
-            let count = match &input {
-                Input::InPlace => per_rank(output.len(), nr, "in-place reduce_scatter output")?,
-                Input::Buffer(_) => output.len(),
-            };
+            let count = blocked_count(&input, output.len(), nr, "reduce_scatter")?;
             let src = input_bytes(B, &input, dtype, nr * count, "reduce_scatter")?;
             let (dt, mop, n) = (
                 self.rt.datatype(dtype),
@@ -723,17 +715,7 @@ impl Communicator for MpiComm {
             let r = self.check_root(root)?;
             let (nr, me) = (self.world, self.rank);
             let dtype = output.dtype();
-            let count = match &input {
-                Input::Buffer(b) => b.len(),
-                Input::InPlace => per_rank(output.len(), nr, "in-place gather output")?,
-            };
-            if (me == root || matches!(input, Input::InPlace)) && output.len() != nr * count {
-                return Err(Error::InvalidArgument(format!(
-                    "gather: output has {} elements, expected {} (world {nr} x {count})",
-                    output.len(),
-                    nr * count
-                )));
-            }
+            let count = gather_count(&input, output.len(), nr, me == root)?;
             let src = input_bytes(B, &input, dtype, count, "gather")?;
             let (dt, n) = (self.rt.datatype(dtype), int(count, "gather")?);
             let out = output.host_bytes_mut(B)?;
@@ -761,10 +743,7 @@ impl Communicator for MpiComm {
             let r = self.check_root(root)?;
             let (nr, me) = (self.world, self.rank);
             let dtype = output.dtype();
-            let count = match &input {
-                Input::InPlace => per_rank(output.len(), nr, "in-place scatter output")?,
-                Input::Buffer(_) => output.len(),
-            };
+            let count = blocked_count(&input, output.len(), nr, "scatter")?;
             let src = if me == root {
                 input_bytes(B, &input, dtype, nr * count, "scatter")?
             } else {

@@ -67,7 +67,7 @@ use cudarc::nccl::sys::{
 };
 
 use super::Options;
-use super::args::per_rank;
+use super::args::{self, blocked_count, gather_count, per_rank};
 use crate::buffer::{Buffer, BufferMut, Location};
 use crate::deadline::Deadline;
 use crate::element::{DType, ReduceOp, finish_avg};
@@ -381,13 +381,7 @@ impl NcclComm {
     }
 
     fn check_root(&self, root: usize) -> Result<()> {
-        if root >= self.world {
-            return Err(Error::InvalidArgument(format!(
-                "root {root} is not a rank of this world of {}",
-                self.world
-            )));
-        }
-        Ok(())
+        args::check_root(root, self.world)
     }
 
     fn check_device(&self, loc: Location, what: &str) -> Result<()> {
@@ -832,10 +826,7 @@ impl Communicator for NcclComm {
     ) -> Result<()> {
         let (n, me) = (self.world, self.rank);
         let dtype = output.dtype();
-        let count = match &input {
-            Input::InPlace => per_rank(output.len(), n, "in-place reduce_scatter output")?,
-            Input::Buffer(_) => output.len(),
-        };
+        let count = blocked_count(&input, output.len(), n, "reduce_scatter")?;
         input_len(&input, dtype, n * count, "reduce_scatter")?;
         if count == 0 {
             return Ok(());
@@ -916,17 +907,7 @@ impl Communicator for NcclComm {
         self.check_root(root)?;
         let (n, me) = (self.world, self.rank);
         let dtype = output.dtype();
-        let count = match &input {
-            Input::Buffer(b) => b.len(),
-            Input::InPlace => per_rank(output.len(), n, "in-place gather output")?,
-        };
-        if (me == root || matches!(input, Input::InPlace)) && output.len() != n * count {
-            return Err(Error::InvalidArgument(format!(
-                "gather: output has {} elements, expected {} (world {n} x {count})",
-                output.len(),
-                n * count
-            )));
-        }
+        let count = gather_count(&input, output.len(), n, me == root)?;
         input_len(&input, dtype, count, "gather")?;
         if count == 0 {
             return Ok(());
@@ -965,11 +946,7 @@ impl Communicator for NcclComm {
         let (n, me) = (self.world, self.rank);
         let dtype = output.dtype();
         let in_place = matches!(input, Input::InPlace);
-        let count = if in_place {
-            per_rank(output.len(), n, "in-place scatter output")?
-        } else {
-            output.len()
-        };
+        let count = blocked_count(&input, output.len(), n, "scatter")?;
         if me == root {
             input_len(&input, dtype, n * count, "scatter")?;
         }

@@ -14,7 +14,7 @@
 use std::ops::Range;
 use std::sync::{Mutex, MutexGuard};
 
-use super::args::{area, input_bytes, per_rank};
+use super::args::{self, area, blocked_count, gather_count, input_bytes, per_rank};
 use crate::algorithms::{
     self, Algo, Peers, dissemination, halving_doubling, linear, pairwise, recursive_doubling, ring,
     tree,
@@ -100,13 +100,7 @@ impl ReferenceComm {
     }
 
     fn check_root(&self, root: usize) -> Result<()> {
-        if root >= self.world {
-            return Err(Error::InvalidArgument(format!(
-                "root {root} is not a rank of this world of {}",
-                self.world
-            )));
-        }
-        Ok(())
+        args::check_root(root, self.world)
     }
 
     /// Runs one collective: numbers it, and on failure aborts the transport so
@@ -322,10 +316,7 @@ impl Communicator for ReferenceComm {
         let (n, me) = (self.world, self.rank);
         self.run(Collective::ReduceScatter, |g, seq| {
             let dtype = output.dtype();
-            let count = match &input {
-                Input::InPlace => per_rank(output.len(), n, "in-place reduce_scatter output")?,
-                Input::Buffer(_) => output.len(),
-            };
+            let count = blocked_count(&input, output.len(), n, "reduce_scatter")?;
             let src = input_bytes(B, &input, dtype, n * count, "reduce_scatter")?;
             let out = output.host_bytes_mut(B)?;
             let tag = tag(Collective::ReduceScatter, seq, dtype, Some(op), 0, count);
@@ -383,17 +374,7 @@ impl Communicator for ReferenceComm {
         self.run(Collective::Gather, |g, seq| {
             self.check_root(root)?;
             let dtype = output.dtype();
-            let count = match &input {
-                Input::Buffer(b) => b.len(),
-                Input::InPlace => per_rank(output.len(), n, "in-place gather output")?,
-            };
-            if (me == root || matches!(input, Input::InPlace)) && output.len() != n * count {
-                return Err(Error::InvalidArgument(format!(
-                    "gather: output has {} elements, expected {} (world {n} x {count})",
-                    output.len(),
-                    n * count
-                )));
-            }
+            let count = gather_count(&input, output.len(), n, me == root)?;
             let src = input_bytes(B, &input, dtype, count, "gather")?;
             let out = output.host_bytes_mut(B)?;
             let tag = tag(Collective::Gather, seq, dtype, None, root, count);
@@ -417,10 +398,7 @@ impl Communicator for ReferenceComm {
         self.run(Collective::Scatter, |g, seq| {
             self.check_root(root)?;
             let dtype = output.dtype();
-            let count = match &input {
-                Input::InPlace => per_rank(output.len(), n, "in-place scatter output")?,
-                Input::Buffer(_) => output.len(),
-            };
+            let count = blocked_count(&input, output.len(), n, "scatter")?;
             let src = if me == root {
                 input_bytes(B, &input, dtype, n * count, "scatter")?
             } else {
