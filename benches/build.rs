@@ -55,8 +55,11 @@ fn main() {
 
     let cxx = env::var("CXX").unwrap_or_else(|_| "g++".into());
     let gloo_exe = out_dir.join("gloo_allreduce");
+    // -O3, as cargo's release profile compiles the Gloo shim: the peer's
+    // reduction (gloo::sum, a header template) must get the same compiler
+    // treatment as the backend's, or the comparison measures the optimiser.
     let mut args: Vec<String> = vec![
-        "-O2".into(),
+        "-O3".into(),
         "-std=c++17".into(),
         "-o".into(),
         gloo_exe.display().to_string(),

@@ -37,6 +37,7 @@
 #include "gloo/allreduce_halving_doubling.h"
 #include "gloo/allreduce_ring.h"
 #include "gloo/allreduce_ring_chunked.h"
+#include "gloo/barrier.h"
 #include "gloo/barrier_all_to_all.h"
 #include "gloo/math.h"
 #include "gloo/rendezvous/context.h"
@@ -114,19 +115,29 @@ class AlgoRunner : public Runner {
   std::unique_ptr<Algo> algo_;
 };
 
+// A tag per call, as PyTorch's ProcessGroupGloo and ringside's backend both
+// do (the options-style collectives match messages by tag).
+uint32_t next_tag() {
+  static uint32_t tag = 0;
+  return ++tag;
+}
+
 // gloo::allreduce with AllreduceOptions: the entry point PyTorch's
-// ProcessGroupGloo uses for dense CPU tensors.
+// ProcessGroupGloo uses for dense CPU tensors, and what ringside's Gloo
+// backend calls for `--algo ring`.
 class OptionsRunner : public Runner {
  public:
-  OptionsRunner(const std::shared_ptr<gloo::Context>& ctx, float* buf, size_t count)
-      : ctx_(ctx), buf_(buf), count_(count) {}
+  OptionsRunner(const std::shared_ptr<gloo::Context>& ctx, float* buf, size_t count,
+                std::chrono::milliseconds timeout)
+      : ctx_(ctx), buf_(buf), count_(count), timeout_(timeout) {}
   void run() override {
     gloo::AllreduceOptions opts(ctx_);
     opts.setOutput(buf_, count_);
     opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
     opts.setReduceFunction(
         static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
-    opts.setTag(7);
+    opts.setTag(next_tag());
+    opts.setTimeout(timeout_);
     gloo::allreduce(opts);
   }
 
@@ -134,11 +145,67 @@ class OptionsRunner : public Runner {
   std::shared_ptr<gloo::Context> ctx_;
   float* buf_;
   size_t count_;
+  std::chrono::milliseconds timeout_;
+};
+
+// The barrier before each timed call and the two reductions of the results.
+// Gloo's classic algorithm objects and its options-style collectives must not
+// share a context: mixed, the options-style all_reduce ran 10-300x slower
+// (measured), which is why an earlier version of this peer made Gloo look far
+// slower than ringside calling the very same function. So the options flavour
+// gets options-style bookkeeping, and the classic flavours classic ones.
+class Sync {
+ public:
+  Sync(const std::shared_ptr<gloo::Context>& ctx, bool options, std::vector<double>* times,
+       std::vector<double>* wrong, std::chrono::milliseconds timeout)
+      : ctx_(ctx), options_(options), times_(times), wrong_(wrong), timeout_(timeout) {
+    if (!options_) {
+      barrier_ = std::make_unique<gloo::BarrierAllToAll>(ctx);
+      max_times_ = std::make_unique<gloo::AllreduceRing<double>>(
+          ctx, std::vector<double*>{times->data()}, static_cast<int>(times->size()),
+          gloo::ReductionFunction<double>::max);
+      sum_wrong_ = std::make_unique<gloo::AllreduceRing<double>>(
+          ctx, std::vector<double*>{wrong->data()}, 1, gloo::ReductionFunction<double>::sum);
+    }
+  }
+  void barrier() {
+    if (!options_) return barrier_->run();
+    gloo::BarrierOptions opts(ctx_);
+    opts.setTag(next_tag());
+    opts.setTimeout(timeout_);
+    gloo::barrier(opts);
+  }
+  void max_times() {
+    if (!options_) return max_times_->run();
+    reduce(times_, static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::max<double>));
+  }
+  void sum_wrong() {
+    if (!options_) return sum_wrong_->run();
+    reduce(wrong_, static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<double>));
+  }
+
+ private:
+  void reduce(std::vector<double>* v, void (*fn)(void*, const void*, const void*, size_t)) {
+    gloo::AllreduceOptions opts(ctx_);
+    opts.setOutput(v->data(), v->size());
+    opts.setReduceFunction(fn);
+    opts.setTag(next_tag());
+    opts.setTimeout(timeout_);
+    gloo::allreduce(opts);
+  }
+  std::shared_ptr<gloo::Context> ctx_;
+  bool options_;
+  std::vector<double>* times_;
+  std::vector<double>* wrong_;
+  std::chrono::milliseconds timeout_;
+  std::unique_ptr<gloo::BarrierAllToAll> barrier_;
+  std::unique_ptr<gloo::AllreduceRing<double>> max_times_;
+  std::unique_ptr<gloo::AllreduceRing<double>> sum_wrong_;
 };
 
 std::unique_ptr<Runner> make_runner(const std::string& algo,
                                     const std::shared_ptr<gloo::Context>& ctx, float* buf,
-                                    int count) {
+                                    int count, std::chrono::milliseconds timeout) {
   std::vector<float*> ptrs{buf};
   if (algo == "ring") {
     return std::make_unique<AlgoRunner<gloo::AllreduceRing<float>>>(
@@ -152,7 +219,7 @@ std::unique_ptr<Runner> make_runner(const std::string& algo,
     return std::make_unique<AlgoRunner<gloo::AllreduceHalvingDoubling<float>>>(
         std::make_unique<gloo::AllreduceHalvingDoubling<float>>(ctx, ptrs, count));
   }
-  return std::make_unique<OptionsRunner>(ctx, buf, static_cast<size_t>(count));
+  return std::make_unique<OptionsRunner>(ctx, buf, static_cast<size_t>(count), timeout);
 }
 
 std::string impl_name(const std::string& algo) {
@@ -232,11 +299,8 @@ int real_main(int argc, char** argv) {
   std::vector<float> buf(std::max<size_t>(max_count, 1));
   std::vector<double> times(static_cast<size_t>(iters));
   std::vector<double> wrong(1);
-  gloo::BarrierAllToAll barrier(ctx);
-  gloo::AllreduceRing<double> max_times(ctx, {times.data()}, static_cast<int>(iters),
-                                        gloo::ReductionFunction<double>::max);
-  gloo::AllreduceRing<double> sum_wrong(ctx, {wrong.data()}, 1,
-                                        gloo::ReductionFunction<double>::sum);
+  const auto timeout = std::chrono::milliseconds(timeout_s * 1000);
+  Sync sync(ctx, algo == "allreduce", &times, &wrong, timeout);
   const std::string name = impl_name(algo);
 
   for (unsigned long long bytes = min_bytes; bytes <= max_bytes;
@@ -244,24 +308,24 @@ int real_main(int argc, char** argv) {
     // Like nccl-tests: the element count rounds down; report the bytes moved.
     size_t count = static_cast<size_t>(bytes / sizeof(float));
     if (count > 0) {
-      auto runner = make_runner(algo, ctx, buf.data(), static_cast<int>(count));
+      auto runner = make_runner(algo, ctx, buf.data(), static_cast<int>(count), timeout);
       fill(buf.data(), count, rank);
       for (long i = 0; i < warmup; i++) {
         runner->run();
       }
       for (long i = 0; i < iters; i++) {
-        barrier.run();
+        sync.barrier();
         auto t0 = std::chrono::steady_clock::now();
         runner->run();
         auto t1 = std::chrono::steady_clock::now();
         times[static_cast<size_t>(i)] = std::chrono::duration<double>(t1 - t0).count();
       }
-      max_times.run();
+      sync.max_times();
       // The timed runs summed in place repeatedly; check one run on fresh input.
       fill(buf.data(), count, rank);
       runner->run();
       wrong[0] = count_wrong(buf.data(), count, world);
-      sum_wrong.run();
+      sync.sum_wrong();
 
       if (rank == 0) {
         std::vector<double> slowest(times);
@@ -283,7 +347,7 @@ int real_main(int argc, char** argv) {
     if (bytes > max_bytes / static_cast<unsigned long long>(factor)) break;  // no overflow
   }
   // Nobody leaves while a peer may still be reading from it.
-  barrier.run();
+  sync.barrier();
   return 0;
 }
 

@@ -23,9 +23,17 @@ pub enum Impl {
     RingsideShm,
     /// `ringside sweep --transport tcp`.
     RingsideTcp,
-    /// `ringside sweep --backend gloo --algo ring`: Gloo's ring through
-    /// ringside's Communicator (the wrapper's overhead against `gloo-ring`).
+    /// `ringside sweep --backend gloo --algo ring`: `gloo::allreduce` with
+    /// `Algorithm::RING` through ringside's Communicator (the wrapper's
+    /// overhead against `gloo-allreduce`, which calls the same function).
     RingsideGloo,
+    /// `RINGSIDE_GLOO_ALGO=ring_chunked ringside sweep --backend gloo`:
+    /// `gloo::AllreduceRingChunked` through ringside (against `gloo-ring-chunked`).
+    RingsideGlooRingChunked,
+    /// `RINGSIDE_GLOO_ALGO=halving_doubling ringside sweep --backend gloo`:
+    /// `gloo::AllreduceHalvingDoubling` through ringside (against
+    /// `gloo-halving-doubling`).
+    RingsideGlooHalvingDoubling,
     /// `mpirun ringside sweep --backend mpi`: MPI_Allreduce through ringside's
     /// Communicator (the wrapper's overhead against `mpi`).
     RingsideMpi,
@@ -33,7 +41,7 @@ pub enum Impl {
 
 impl Impl {
     /// Every implementation, in table order.
-    pub const ALL: [Impl; 9] = [
+    pub const ALL: [Impl; 11] = [
         Impl::Mpi,
         Impl::GlooRing,
         Impl::GlooRingChunked,
@@ -42,6 +50,8 @@ impl Impl {
         Impl::RingsideShm,
         Impl::RingsideTcp,
         Impl::RingsideGloo,
+        Impl::RingsideGlooRingChunked,
+        Impl::RingsideGlooHalvingDoubling,
         Impl::RingsideMpi,
     ];
 
@@ -65,6 +75,8 @@ impl Impl {
             Impl::RingsideShm => "ringside-shm",
             Impl::RingsideTcp => "ringside-tcp",
             Impl::RingsideGloo => "ringside-gloo",
+            Impl::RingsideGlooRingChunked => "ringside-gloo-ring-chunked",
+            Impl::RingsideGlooHalvingDoubling => "ringside-gloo-halving-doubling",
             Impl::RingsideMpi => "ringside-mpi",
         }
     }
@@ -87,7 +99,21 @@ impl Impl {
             Impl::RingsideShm => Some(&["--transport", "shm"]),
             Impl::RingsideTcp => Some(&["--transport", "tcp"]),
             Impl::RingsideGloo => Some(&["--backend", "gloo", "--algo", "ring"]),
+            Impl::RingsideGlooRingChunked | Impl::RingsideGlooHalvingDoubling => {
+                Some(&["--backend", "gloo"])
+            }
             _ => None,
+        }
+    }
+
+    /// Environment a ringside implementation runs with: the Gloo classic
+    /// algorithms are chosen by `RINGSIDE_GLOO_ALGO` (ringside's `--algo`
+    /// names its own algorithms).
+    pub fn ringside_env(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Impl::RingsideGlooRingChunked => &[("RINGSIDE_GLOO_ALGO", "ring_chunked")],
+            Impl::RingsideGlooHalvingDoubling => &[("RINGSIDE_GLOO_ALGO", "halving_doubling")],
+            _ => &[],
         }
     }
 

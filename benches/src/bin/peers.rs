@@ -333,7 +333,16 @@ fn plan(imp: Impl, args: &Args, sweep: &Sweep) -> Result<Plan> {
         return plan_gloo(algo, args, sweep);
     }
     if let Some(select) = imp.ringside_args() {
-        return Ok(plan_ringside(select, args, sweep));
+        let mut plan = plan_ringside(select, args, sweep);
+        if let Plan::Run(cmds, _) = &mut plan {
+            for cmd in cmds {
+                // Set or cleared, so the caller's environment cannot pick
+                // another algorithm than the name promises.
+                cmd.env_remove("RINGSIDE_GLOO_ALGO")
+                    .envs(imp.ringside_env().iter().copied());
+            }
+        }
+        return Ok(plan);
     }
     bail!("no launcher for {imp}")
 }
