@@ -228,16 +228,28 @@ impl Case {
     }
 }
 
-fn compare(what: &str, got: &[u8], want: &[u8], esize: usize) -> std::result::Result<(), String> {
+/// A wrong result: how many elements differ, and a description of the first.
+#[derive(Debug)]
+struct Wrong {
+    elements: usize,
+    message: String,
+}
+
+impl std::fmt::Display for Wrong {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+fn compare(what: &str, got: &[u8], want: &[u8], esize: usize) -> std::result::Result<(), Wrong> {
     if got == want {
         return Ok(());
     }
     if got.len() != want.len() {
-        return Err(format!(
-            "{what}: {} bytes, expected {}",
-            got.len(),
-            want.len()
-        ));
+        return Err(Wrong {
+            elements: want.len().max(got.len()) / esize.max(1),
+            message: format!("{what}: {} bytes, expected {}", got.len(), want.len()),
+        });
     }
     let wrong = got
         .chunks(esize)
@@ -249,11 +261,43 @@ fn compare(what: &str, got: &[u8], want: &[u8], esize: usize) -> std::result::Re
         .zip(want.chunks(esize))
         .position(|(a, b)| a != b)
         .unwrap_or(0);
-    Err(format!(
-        "{what}: {wrong} wrong elements, first at index {first}: got bytes {:?}, expected {:?}",
-        &got[first * esize..(first + 1) * esize],
-        &want[first * esize..(first + 1) * esize]
-    ))
+    Err(Wrong {
+        elements: wrong,
+        message: format!(
+            "{what}: {wrong} wrong elements, first at index {first}: got bytes {:?}, expected {:?}",
+            &got[first * esize..(first + 1) * esize],
+            &want[first * esize..(first + 1) * esize]
+        ),
+    })
+}
+
+/// Runs `collective` once on fresh integer inputs and returns how many
+/// elements of this rank's result are wrong (0 when exact). Benchmarks use it
+/// for nccl-tests' `#wrong` column; every rank must call it with the same
+/// arguments. `count` is the per-rank count of the buffer-shape table in the
+/// crate docs.
+pub fn check_once(
+    comm: &dyn Communicator,
+    collective: Collective,
+    dtype: DType,
+    op: Option<ReduceOp>,
+    count: usize,
+    in_place: bool,
+    root: usize,
+) -> Result<usize> {
+    let case = Case {
+        collective,
+        dtype,
+        op,
+        count,
+        in_place,
+        root,
+        salt: 0,
+    };
+    Ok(match run_case(comm, &case)? {
+        Ok(()) => 0,
+        Err(w) => w.elements.max(1),
+    })
 }
 
 /// The output buffer for a case whose output has the input's shape: the input
@@ -276,7 +320,7 @@ fn input_arg<'a>(c: &Case, input: &'a Aligned) -> Result<Input<'a>> {
 }
 
 /// Runs one case; `Ok(Err(_))` is a wrong result, `Err(_)` a communicator error.
-fn run_case(comm: &dyn Communicator, c: &Case) -> Result<std::result::Result<(), String>> {
+fn run_case(comm: &dyn Communicator, c: &Case) -> Result<std::result::Result<(), Wrong>> {
     let (me, n) = (comm.rank(), comm.world_size());
     let (dt, count, es) = (c.dtype, c.count, c.dtype.size());
     let op = c.op.unwrap_or(ReduceOp::Sum);
