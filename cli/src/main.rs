@@ -1,9 +1,11 @@
 //! `ringside`: the workbench's command line. Each subcommand lives in its own
 //! module; this file only parses and dispatches.
 
+mod bench_cmd;
 mod conformance_cmd;
 mod job;
 mod launch_cmd;
+mod manifest;
 mod sweep;
 mod tour;
 
@@ -25,6 +27,8 @@ enum Command {
     Tour(tour::TourArgs),
     /// Time all_reduce across message sizes (nccl-tests flags and timing rule).
     Sweep(sweep::SweepArgs),
+    /// nccl-tests for every backend: any collective, table, #wrong, JSON results with a manifest.
+    Bench(bench_cmd::BenchArgs),
     /// Run the conformance suite on this job's ranks (any launcher).
     Conformance(conformance_cmd::ConformanceArgs),
 }
@@ -35,6 +39,7 @@ fn main() -> anyhow::Result<()> {
         Command::Launch(args) => launch_cmd::run(args)?,
         Command::Tour(args) => tour::run(args)?,
         Command::Sweep(args) => sweep::run(args)?,
+        Command::Bench(args) => bench_cmd::run(args)?,
         Command::Conformance(args) => conformance_cmd::run(args)?,
     };
     std::process::exit(code)

@@ -54,7 +54,7 @@ pub fn table_row(m: &Measurement) -> String {
         m.max_us,
         m.algbw_gbps(),
         m.busbw_gbps(),
-        m.wrong
+        m.wrong.unwrap_or(0)
     )
 }
 
@@ -90,7 +90,7 @@ pub fn run(args: SweepArgs) -> anyhow::Result<i32> {
     for &bytes in &sizes {
         bar.set_message(human(bytes));
         let m = bench::all_reduce_f32(comm.as_ref(), bytes, args.warmup, args.iters)?;
-        wrong += m.wrong;
+        wrong += m.wrong.unwrap_or(0);
         if lead {
             bar.suspend(|| {
                 if args.json {

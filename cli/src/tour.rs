@@ -180,7 +180,7 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
             .iter()
             .map(|(_, c)| bench::all_reduce_f32(c.as_ref(), bytes, 3, args.iters))
             .collect::<collectives::Result<_>>()?;
-        let wrong: usize = row.iter().map(|m| m.wrong).sum();
+        let wrong: usize = row.iter().map(|m| m.wrong.unwrap_or(0)).sum();
         failed += wrong;
         let mut line = format!("   {:>8} |", human(bytes));
         for m in &row {

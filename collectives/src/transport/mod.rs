@@ -317,7 +317,7 @@ pub trait Transport: Send {
 /// a launcher that binds each rank to one core (mpirun does by default) would
 /// make every rank believe the ranks outnumber the cores — and sleep instead of
 /// spinning, adding a wake-up (tens of µs) to every small message.
-pub(crate) fn host_cpus() -> usize {
+pub fn host_cpus() -> usize {
     // SAFETY: sysconf has no preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     if n > 0 {

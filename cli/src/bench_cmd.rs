@@ -1,0 +1,845 @@
+//! `ringside bench`: nccl-tests for every backend. The same flags, the same
+//! table and bus-bandwidth factors, the same timing rule for Gloo, MPI, NCCL
+//! and the reference algorithms — run in turn in one job — and, with
+//! `--peer torch`, PyTorch's own `torch.distributed` over the same sizes.
+//!
+//! Results (with a manifest of build, libraries, host and environment) go to
+//! `--json FILE`, rewritten after every size so an interrupted run keeps what
+//! it measured.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use collectives::algorithms::Algo;
+use collectives::bench::{self, Case, Combine, Measurement, Settings};
+use collectives::rendezvous::env::{Launcher, Rendezvous};
+use collectives::transport::TransportKind;
+use collectives::{Backend, Collective, Communicator, DType, ReduceOp};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
+
+use crate::job::{self, Start, parse_algo, parse_size, parse_transport};
+use crate::manifest;
+
+/// Flags follow nccl-tests where they overlap (`-b -e -f -i -n -w -c -o -d -r -a`).
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Local ranks to spawn (ignored under a launcher such as torchrun or mpirun).
+    #[arg(long, default_value_t = 2)]
+    pub nproc: usize,
+    /// Backends to run in turn, comma-separated: reference (over --transport),
+    /// reference-shm, reference-tcp, gloo, mpi, nccl, or all. Unavailable ones
+    /// are skipped with the reason.
+    #[arg(long, default_value = "reference", value_delimiter = ',')]
+    pub backend: Vec<String>,
+    /// Reference backend transport: auto, tcp or shm.
+    #[arg(long, default_value = "auto", value_parser = parse_transport)]
+    pub transport: TransportKind,
+    /// all_reduce algorithm of the reference backend (Gloo: ring or halving-doubling).
+    #[arg(long, default_value = "auto", value_parser = parse_algo)]
+    pub algo: Algo,
+    /// Collectives, comma-separated (all_reduce, broadcast, reduce, all_gather,
+    /// reduce_scatter, all_to_all, gather, scatter, sendrecv), or all.
+    #[arg(long, default_value = "all_reduce", value_delimiter = ',')]
+    pub collective: Vec<String>,
+    /// Smallest size in bytes (K/M/G suffixes, powers of 1024).
+    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = parse_size)]
+    pub min_bytes: usize,
+    /// Largest size in bytes.
+    #[arg(short = 'e', long = "maxbytes", default_value = "64M", value_parser = parse_size)]
+    pub max_bytes: usize,
+    /// Multiply the size by this each step.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
+    pub factor: usize,
+    /// Add this many bytes each step instead of multiplying (when > 0).
+    #[arg(short = 'i', long = "stepbytes", default_value = "0", value_parser = parse_size)]
+    pub step: usize,
+    /// Timed iterations per size.
+    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    pub iters: usize,
+    /// Warm-up iterations per size.
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
+    pub warmup: usize,
+    /// Check results (1) or not (0).
+    #[arg(short = 'c', long = "check", default_value_t = 1)]
+    pub check: u8,
+    /// Reduction: sum, prod, min, max, avg.
+    #[arg(short = 'o', long = "op", default_value = "sum", value_parser = parse_op)]
+    pub op: ReduceOp,
+    /// Element type: float, double, half, bfloat16, int32, int64, uint8.
+    #[arg(short = 'd', long = "datatype", default_value = "float", value_parser = parse_dtype)]
+    pub dtype: DType,
+    /// Root rank of the rooted collectives.
+    #[arg(short = 'r', long = "root", default_value_t = 0)]
+    pub root: usize,
+    /// How ranks' times combine per iteration: max (slowest rank), avg or min.
+    #[arg(short = 'a', long = "average", default_value = "max", value_parser = parse_combine)]
+    pub combine: Combine,
+    /// Per-iteration statistics: add mean and p99 columns.
+    #[arg(short = 'I', long = "iteration-stats")]
+    pub iteration_stats: bool,
+    /// Write results (with a manifest) to this JSON file, rewritten after every size.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Also run a peer over the same sizes: `torch` (torch.distributed: gloo on
+    /// CPU, nccl when the nccl backend is benchmarked on a GPU).
+    #[arg(long)]
+    pub peer: Option<String>,
+    /// Python with torch for the torch peer (default: set-up's venv).
+    #[arg(long)]
+    pub python: Option<PathBuf>,
+    /// The torch peer script (default: benches/torch_peer.py of this checkout).
+    #[arg(long)]
+    pub peer_script: Option<PathBuf>,
+    /// Seconds any single wait may take.
+    #[arg(long, default_value_t = 120.0)]
+    pub timeout: f64,
+}
+
+fn parse_op(s: &str) -> Result<ReduceOp, String> {
+    ReduceOp::parse(s).ok_or_else(|| format!("unknown op {s:?} (sum, prod, min, max, avg)"))
+}
+fn parse_dtype(s: &str) -> Result<DType, String> {
+    DType::parse(s).ok_or_else(|| {
+        format!("unknown datatype {s:?} (float, double, half, bfloat16, int32, int64, uint8)")
+    })
+}
+fn parse_combine(s: &str) -> Result<Combine, String> {
+    Combine::parse(s).ok_or_else(|| format!("unknown -a {s:?} (max, avg, min)"))
+}
+
+/// The collectives `bench` times (a barrier moves no data: nccl-tests has no
+/// barrier test either).
+const BENCHED: [Collective; 9] = [
+    Collective::AllReduce,
+    Collective::Broadcast,
+    Collective::Reduce,
+    Collective::AllGather,
+    Collective::ReduceScatter,
+    Collective::AllToAll,
+    Collective::Gather,
+    Collective::Scatter,
+    Collective::SendRecv,
+];
+
+/// Parses a collective list; `all` is every benchmarked collective.
+pub fn parse_collectives(list: &[String]) -> anyhow::Result<Vec<Collective>> {
+    let mut out = Vec::new();
+    for name in list {
+        let key = name.trim().to_ascii_lowercase().replace(['-', '_'], "");
+        if key == "all" {
+            out.extend(BENCHED);
+            continue;
+        }
+        let found = BENCHED.into_iter().find(|c| {
+            c.name().replace('_', "") == key || (key == "sendrecv" && *c == Collective::SendRecv)
+        });
+        match found {
+            Some(c) => out.push(c),
+            None => bail!(
+                "unknown collective {name:?} (all_reduce, broadcast, reduce, all_gather, \
+                 reduce_scatter, all_to_all, gather, scatter, sendrecv, all)"
+            ),
+        }
+    }
+    out.dedup();
+    Ok(out)
+}
+
+/// One backend to run: a label for tables and charts, and how to connect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lane {
+    /// Series name, e.g. `reference-shm` or `gloo`.
+    pub label: String,
+    /// The library.
+    pub backend: Backend,
+    /// The reference backend's transport.
+    pub transport: TransportKind,
+}
+
+/// Parses the `--backend` list.
+pub fn parse_lanes(list: &[String], transport: TransportKind) -> anyhow::Result<Vec<Lane>> {
+    let lane = |label: &str, backend, transport| Lane {
+        label: label.to_owned(),
+        backend,
+        transport,
+    };
+    let mut out = Vec::new();
+    for name in list {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "all" => {
+                out.push(lane(
+                    "reference-shm",
+                    Backend::Reference,
+                    TransportKind::Shm,
+                ));
+                out.push(lane(
+                    "reference-tcp",
+                    Backend::Reference,
+                    TransportKind::Tcp,
+                ));
+                for b in [Backend::Gloo, Backend::Mpi, Backend::Nccl] {
+                    out.push(lane(b.name(), b, TransportKind::Auto));
+                }
+            }
+            "reference-shm" | "ref-shm" => out.push(lane(
+                "reference-shm",
+                Backend::Reference,
+                TransportKind::Shm,
+            )),
+            "reference-tcp" | "ref-tcp" => out.push(lane(
+                "reference-tcp",
+                Backend::Reference,
+                TransportKind::Tcp,
+            )),
+            other => match Backend::parse(other) {
+                Some(Backend::Reference) => {
+                    let label = match transport {
+                        TransportKind::Auto => "reference".to_owned(),
+                        t => format!("reference-{}", t.name()),
+                    };
+                    out.push(Lane {
+                        label,
+                        backend: Backend::Reference,
+                        transport,
+                    });
+                }
+                Some(b) => out.push(lane(b.name(), b, TransportKind::Auto)),
+                None => bail!(
+                    "unknown backend {name:?} (reference, reference-shm, reference-tcp, gloo, mpi, nccl, all)"
+                ),
+            },
+        }
+    }
+    out.dedup();
+    Ok(out)
+}
+
+/// nccl-tests' size progression: `-f` multiplies, `-i` (when > 0) adds.
+pub fn sizes(min: usize, max: usize, factor: usize, step: usize) -> Vec<usize> {
+    if step == 0 {
+        return bench::sizes(min, max, factor);
+    }
+    let mut out = Vec::new();
+    let mut s = min.max(1);
+    while s <= max {
+        out.push(s);
+        s = match s.checked_add(step) {
+            Some(x) => x,
+            None => break,
+        };
+    }
+    out
+}
+
+/// One side (out-of-place or in-place) of a table row.
+#[derive(Clone, Copy, Debug, Default)]
+struct Side {
+    min: f64,
+    median: f64,
+    max: f64,
+    mean: f64,
+    p99: f64,
+    algbw: f64,
+    busbw: f64,
+    wrong: Option<i64>,
+}
+
+impl Side {
+    fn of(m: &Measurement) -> Side {
+        Side {
+            min: m.min_us,
+            median: m.median_us,
+            max: m.max_us,
+            mean: m.mean_us,
+            p99: m.p99_us,
+            algbw: m.algbw_gbps(),
+            busbw: m.busbw_gbps(),
+            wrong: m.wrong.map(|w| w as i64),
+        }
+    }
+    fn of_record(r: &Value) -> Side {
+        let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
+        Side {
+            min: f("min_us"),
+            median: f("median_us"),
+            max: f("max_us"),
+            mean: f("mean_us"),
+            p99: f("p99_us"),
+            algbw: f("algbw_gbps"),
+            busbw: f("busbw_gbps"),
+            wrong: r["wrong"].as_i64().filter(|w| *w >= 0),
+        }
+    }
+    fn cells(&self, stats: bool) -> String {
+        let wrong = self.wrong.map_or("N/A".to_owned(), |w| w.to_string());
+        let mut s = format!(
+            " {:>9.2} {:>9.2} {:>9.2} {:>7.3} {:>7.3} {:>6}",
+            self.min, self.median, self.max, self.algbw, self.busbw, wrong
+        );
+        if stats {
+            s.push_str(&format!(" {:>9.2} {:>9.2}", self.mean, self.p99));
+        }
+        s
+    }
+}
+
+fn header(stats: bool) -> String {
+    let side = if stats {
+        format!(
+            " {:>9} {:>9} {:>9} {:>7} {:>7} {:>6} {:>9} {:>9}",
+            "min", "time", "max", "algbw", "busbw", "#wrong", "mean", "p99"
+        )
+    } else {
+        format!(
+            " {:>9} {:>9} {:>9} {:>7} {:>7} {:>6}",
+            "min", "time", "max", "algbw", "busbw", "#wrong"
+        )
+    };
+    let width = side.len();
+    let units = if stats {
+        format!(
+            " {:>9} {:>9} {:>9} {:>7} {:>7} {:>6} {:>9} {:>9}",
+            "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)"
+        )
+    } else {
+        format!(
+            " {:>9} {:>9} {:>9} {:>7} {:>7} {:>6}",
+            "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", ""
+        )
+    };
+    format!(
+        "#{:>47}{:^width$}{:^width$}\n#{:>11} {:>12} {:>9} {:>6} {:>5}{side}{side}\n#{:>11} {:>12} {:>9} {:>6} {:>5}{units}{units}",
+        "",
+        "out-of-place",
+        "in-place",
+        "size",
+        "count",
+        "type",
+        "redop",
+        "root",
+        "(B)",
+        "(elements)",
+        "",
+        "",
+        ""
+    )
+}
+
+fn row(
+    bytes: usize,
+    count: usize,
+    dtype: &str,
+    op: &str,
+    root: i64,
+    sides: [Option<Side>; 2],
+    stats: bool,
+) -> String {
+    let mut s = format!(" {bytes:>11} {count:>12} {dtype:>9} {op:>6} {root:>5}");
+    for side in sides {
+        match side {
+            Some(x) => s.push_str(&x.cells(stats)),
+            None => s.push_str(
+                &Side::default()
+                    .cells(stats)
+                    .chars()
+                    .map(|_| ' ')
+                    .collect::<String>(),
+            ),
+        }
+    }
+    s
+}
+
+/// The short dtype names results files use.
+fn dtype_key(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "f32",
+        DType::F64 => "f64",
+        DType::F16 => "f16",
+        DType::BF16 => "bf16",
+        DType::I32 => "i32",
+        DType::I64 => "i64",
+        DType::U8 => "u8",
+    }
+}
+
+/// A results-file record (format: `ringside-results/1`).
+fn record(lane: &Lane, algo: &str, m: &Measurement) -> Value {
+    json!({
+        "label": lane.label,
+        "backend": lane.backend.name(),
+        "algo": algo,
+        "peer": false,
+        "collective": m.collective.name(),
+        "world": m.world,
+        "bytes": m.bytes,
+        "count": m.count,
+        "dtype": dtype_key(m.dtype),
+        "op": m.op.map_or("none", ReduceOp::name),
+        "root": m.root.map_or(-1, |r| r as i64),
+        "in_place": m.in_place,
+        "iters": m.iters,
+        "min_us": m.min_us,
+        "median_us": m.median_us,
+        "mean_us": m.mean_us,
+        "p99_us": m.p99_us,
+        "max_us": m.max_us,
+        "algbw_gbps": m.algbw_gbps(),
+        "busbw_gbps": m.busbw_gbps(),
+        "wrong": m.wrong.map_or(-1, |w| w as i64),
+    })
+}
+
+/// The results file, written whole (temporary file + rename) after every
+/// size, so a crash or Ctrl-C never leaves a torn file behind.
+struct Results {
+    path: Option<PathBuf>,
+    manifest: Value,
+    records: Vec<Value>,
+}
+
+impl Results {
+    fn push(&mut self, r: Value) -> anyhow::Result<()> {
+        self.records.push(r);
+        self.write()
+    }
+    fn write(&self) -> anyhow::Result<()> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let doc = json!({
+            "format": "ringside-results/1",
+            "manifest": self.manifest,
+            "records": self.records,
+        });
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&doc)?)
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
+        Ok(())
+    }
+}
+
+/// Connects a lane, or says why this job cannot run it.
+fn connect(
+    rdv: &Rendezvous,
+    lane: &Lane,
+    algo: Algo,
+    timeout: Duration,
+) -> Result<Box<dyn Communicator>, String> {
+    let mpi_launched = matches!(
+        rdv.info.launcher,
+        Launcher::OpenMpi | Launcher::Pmi | Launcher::Slurm
+    );
+    if lane.backend == Backend::Mpi && !mpi_launched {
+        return Err("needs an MPI launcher (mpirun -np N ringside bench ...)".into());
+    }
+    job::communicator(
+        rdv,
+        lane.backend,
+        lane.transport,
+        algo,
+        timeout,
+        &format!("bench-{}/", lane.label),
+    )
+    .map_err(|e| {
+        format!("{e:#}")
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .to_owned()
+    })
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
+    let lanes = parse_lanes(&args.backend, args.transport)?;
+    let collectives = parse_collectives(&args.collective)?;
+    if let Some(p) = &args.peer
+        && p != "torch"
+    {
+        bail!("unknown --peer {p:?} (torch)");
+    }
+    if args.iters == 0 {
+        bail!("-n must be at least 1");
+    }
+    let timeout = Duration::try_from_secs_f64(args.timeout)
+        .context("--timeout must be a non-negative number of seconds")?;
+    let rdv = match job::start(args.nproc, timeout)? {
+        Start::Done(code) => return Ok(code),
+        Start::Rank(r) => r,
+    };
+    let (me, world) = (rdv.info.rank, rdv.info.world_size);
+    if args.root >= world {
+        bail!(
+            "-r {}: the root must be a rank of this {world}-rank job",
+            args.root
+        );
+    }
+    let lead = me == 0;
+    let mut results = Results {
+        path: args.json.clone().filter(|_| lead),
+        manifest: manifest::manifest(world, args.transport.name(), args.combine.name()),
+        records: Vec::new(),
+    };
+    results.write()?;
+    let settings = Settings {
+        warmup: args.warmup,
+        iters: args.iters,
+        check: args.check != 0,
+        combine: args.combine,
+    };
+    let sizes = sizes(args.min_bytes, args.max_bytes, args.factor, args.step);
+    let say = |s: &str| {
+        if lead {
+            println!("{s}");
+        }
+    };
+    say(&format!(
+        "# ringside bench: {world} ranks (launched by {}); {} {} root {}; {} warm-up + {} timed iterations per size",
+        rdv.info.launcher,
+        args.dtype.name(),
+        args.op.name(),
+        args.root,
+        args.warmup,
+        args.iters
+    ));
+    say(&format!(
+        "# time = median over iterations of the {} rank's time (-a {}); min/max over iterations; busbw = algbw x nccl-tests' factor",
+        match args.combine {
+            Combine::Max => "slowest",
+            Combine::Avg => "mean",
+            Combine::Min => "fastest",
+        },
+        args.combine.name()
+    ));
+    let mut wrong = 0i64;
+    let mut ran_any = false;
+    for lane in &lanes {
+        let comm = match connect(&rdv, lane, args.algo, timeout) {
+            Ok(c) => c,
+            Err(why) => {
+                say(&format!("#\n# {}: not available here: {why}", lane.label));
+                continue;
+            }
+        };
+        ran_any = true;
+        let algo = if lane.backend == Backend::Reference || lane.backend == Backend::Gloo {
+            args.algo.name()
+        } else {
+            "default"
+        };
+        for &collective in &collectives {
+            say(&format!(
+                "#\n# {} {collective} ({algo} algorithm)",
+                lane.label
+            ));
+            say(&header(args.iteration_stats));
+            let bar = if lead {
+                ProgressBar::new(sizes.len() as u64)
+            } else {
+                ProgressBar::hidden()
+            };
+            bar.set_style(ProgressStyle::with_template(
+                "{bar:30} {pos}/{len} sizes {msg}",
+            )?);
+            let mut bus = Vec::new();
+            for &bytes in &sizes {
+                bar.set_message(job::human(bytes));
+                let mut sides = [None, None];
+                let mut first: Option<Measurement> = None;
+                for (k, in_place) in [false, true].into_iter().enumerate() {
+                    let case = Case {
+                        collective,
+                        dtype: args.dtype,
+                        op: args.op,
+                        root: args.root,
+                        in_place,
+                        bytes,
+                    };
+                    if let Some(m) = bench::run(comm.as_ref(), &case, &settings)
+                        .with_context(|| format!("{} {collective} at {bytes} bytes", lane.label))?
+                    {
+                        wrong += m.wrong.unwrap_or(0) as i64;
+                        bus.push(m.busbw_gbps());
+                        sides[k] = Some(Side::of(&m));
+                        results.push(record(lane, algo, &m))?;
+                        first.get_or_insert(m);
+                    }
+                }
+                if let Some(m) = first {
+                    let line = row(
+                        m.bytes,
+                        m.count,
+                        m.dtype.name(),
+                        m.op.map_or("none", ReduceOp::name),
+                        m.root.map_or(-1, |r| r as i64),
+                        sides,
+                        args.iteration_stats,
+                    );
+                    bar.suspend(|| say(&line));
+                }
+                bar.inc(1);
+            }
+            bar.finish_and_clear();
+            if !bus.is_empty() {
+                say(&format!(
+                    "# Avg bus bandwidth    : {:.4} GB/s ({} results)",
+                    bus.iter().sum::<f64>() / bus.len() as f64,
+                    bus.len()
+                ));
+            }
+        }
+    }
+    if args.peer.is_some() {
+        let torch_backend = if lanes.iter().any(|l| l.backend == Backend::Nccl) && cuda_present() {
+            "nccl"
+        } else {
+            "gloo"
+        };
+        let records = torch_peer(&args, &rdv, torch_backend, &collectives, timeout)?;
+        if lead {
+            wrong += print_peer(&records, &args);
+            for r in records {
+                results.push(r)?;
+            }
+        }
+    }
+    if !ran_any {
+        say("# no backend in the list is available here");
+    }
+    if let Some(p) = &results.path {
+        println!("# results: {}", p.display());
+    }
+    say(&format!(
+        "# Out of bounds values : {wrong} {}",
+        if wrong == 0 { "OK" } else { "FAILED" }
+    ));
+    let mut total = [wrong];
+    // Every rank leaves with the same verdict.
+    if world > 1 {
+        let c = job::communicator(
+            &rdv,
+            Backend::Reference,
+            TransportKind::Tcp,
+            Algo::Auto,
+            timeout,
+            "bench-verdict/",
+        )?;
+        c.all_reduce(
+            collectives::Input::InPlace,
+            &mut collectives::BufferMut::from_slice(&mut total),
+            ReduceOp::Max,
+        )?;
+    }
+    rdv.close(timeout)?;
+    Ok(if total[0] == 0 && ran_any { 0 } else { 1 })
+}
+
+fn cuda_present() -> bool {
+    Path::new("/dev/nvidia0").exists() || Path::new("/dev/nvidiactl").exists()
+}
+
+/// Prints the torch peer's records as tables; returns their wrong count.
+fn print_peer(records: &[Value], args: &BenchArgs) -> i64 {
+    let mut wrong = 0;
+    let mut current = String::new();
+    let mut i = 0;
+    while i < records.len() {
+        let r = &records[i];
+        let key = format!(
+            "{} {}",
+            r["label"].as_str().unwrap_or("torch"),
+            r["collective"].as_str().unwrap_or("?")
+        );
+        if key != current {
+            println!("#\n# {key} (peer: torch.distributed, same timing rule)");
+            println!("{}", header(args.iteration_stats));
+            current = key;
+        }
+        // Out-of-place and in-place records of one size sit next to each other.
+        let mut sides = [None, None];
+        let mut j = i;
+        while j < records.len()
+            && records[j]["bytes"] == r["bytes"]
+            && records[j]["collective"] == r["collective"]
+        {
+            let k = usize::from(records[j]["in_place"].as_bool().unwrap_or(false));
+            let side = Side::of_record(&records[j]);
+            wrong += side.wrong.unwrap_or(0);
+            sides[k] = Some(side);
+            j += 1;
+        }
+        println!(
+            "{}",
+            row(
+                r["bytes"].as_u64().unwrap_or(0) as usize,
+                r["count"].as_u64().unwrap_or(0) as usize,
+                r["dtype"].as_str().unwrap_or("?"),
+                r["op"].as_str().unwrap_or("?"),
+                r["root"].as_i64().unwrap_or(-1),
+                sides,
+                args.iteration_stats
+            )
+        );
+        i = j.max(i + 1);
+    }
+    wrong
+}
+
+/// Runs the torch peer on every rank (each rank starts one Python process, so
+/// it works under any launcher); rank 0 returns the records it printed.
+fn torch_peer(
+    args: &BenchArgs,
+    rdv: &Rendezvous,
+    backend: &str,
+    collectives: &[Collective],
+    timeout: Duration,
+) -> anyhow::Result<Vec<Value>> {
+    let python = args
+        .python
+        .clone()
+        .unwrap_or_else(|| manifest::workspace_dir().join(".ringside/venv/bin/python"));
+    let script = args
+        .peer_script
+        .clone()
+        .unwrap_or_else(|| manifest::workspace_dir().join("benches/torch_peer.py"));
+    if !python.exists() {
+        bail!(
+            "--peer torch: no Python at {} (run `cargo xtask setup`, or pass --python)",
+            python.display()
+        );
+    }
+    if !script.exists() {
+        bail!(
+            "--peer torch: no script at {} (pass --peer-script)",
+            script.display()
+        );
+    }
+    let store = rdv.store();
+    if rdv.info.rank == 0 {
+        let port = std::net::TcpListener::bind((rdv.info.master_addr.as_str(), 0))
+            .or_else(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+            .and_then(|l| l.local_addr())
+            .context("picking a port for torch.distributed")?
+            .port();
+        store.set("bench/torch-port", port.to_string().as_bytes())?;
+    }
+    let port = String::from_utf8_lossy(&store.get("bench/torch-port")?).into_owned();
+    let names: Vec<&str> = collectives.iter().map(|c| c.name()).collect();
+    let mut cmd = Command::new(&python);
+    cmd.arg(&script)
+        .args(["--backend", backend])
+        .args([
+            "-b",
+            &args.min_bytes.to_string(),
+            "-e",
+            &args.max_bytes.to_string(),
+        ])
+        .args(["-f", &args.factor.to_string()])
+        .args([
+            "-n",
+            &args.iters.to_string(),
+            "-w",
+            &args.warmup.to_string(),
+        ])
+        .args(["-d", dtype_key(args.dtype), "-o", args.op.name()])
+        .args(["-r", &args.root.to_string(), "-c", &args.check.to_string()])
+        .args(["--combine", args.combine.name()])
+        .args(["--collective", &names.join(",")])
+        .env("RANK", rdv.info.rank.to_string())
+        .env("WORLD_SIZE", rdv.info.world_size.to_string())
+        .env("LOCAL_RANK", rdv.info.local_rank.to_string())
+        .env("MASTER_ADDR", &rdv.info.master_addr)
+        .env("MASTER_PORT", &port)
+        // One intra-op thread per rank, as ringside's ranks use one core each.
+        .env("OMP_NUM_THREADS", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting {} {}", python.display(), script.display()))?;
+    // The whole sweep may take long; each wait inside it is bounded by the
+    // script's own timeout, and this bounds the whole.
+    let budget = timeout.saturating_mul(20).max(Duration::from_secs(600));
+    let lines = collect_lines(child, budget)?;
+    Ok(lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+        .filter(|v| v.get("median_us").is_some())
+        .collect())
+}
+
+/// Reads a child's stdout to the end and waits for it, killing it after `budget`.
+fn collect_lines(mut child: Child, budget: Duration) -> anyhow::Result<Vec<String>> {
+    let stdout = child.stdout.take().context("the peer's stdout")?;
+    let reader = std::thread::spawn(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if start.elapsed() > budget {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("the torch peer took longer than {budget:?} and was stopped");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let lines = reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("reading the peer's output failed"))?;
+    if !status.success() {
+        bail!("the torch peer failed ({status}); its messages are above");
+    }
+    Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_step_or_multiply() {
+        assert_eq!(sizes(8, 32, 2, 0), vec![8, 16, 32]);
+        assert_eq!(sizes(8, 32, 2, 8), vec![8, 16, 24, 32]);
+    }
+
+    #[test]
+    fn lists_parse() {
+        let l = parse_lanes(&["all".into()], TransportKind::Auto).unwrap();
+        assert_eq!(l.len(), 5);
+        assert_eq!(l[0].label, "reference-shm");
+        assert!(parse_lanes(&["nope".into()], TransportKind::Auto).is_err());
+        let c = parse_collectives(&["allreduce".into(), "all_gather".into()]).unwrap();
+        assert_eq!(c, vec![Collective::AllReduce, Collective::AllGather]);
+        assert_eq!(parse_collectives(&["all".into()]).unwrap().len(), 9);
+        assert!(parse_collectives(&["barrier".into()]).is_err());
+    }
+
+    #[test]
+    fn header_and_rows_line_up() {
+        let h = header(false);
+        let m = Side {
+            median: 1.0,
+            wrong: Some(0),
+            ..Side::default()
+        };
+        let r = row(1024, 256, "float", "sum", -1, [Some(m), Some(m)], false);
+        let last = h.lines().nth(1).unwrap();
+        assert_eq!(last.len(), r.len(), "\n{last}\n{r}");
+    }
+}

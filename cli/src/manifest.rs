@@ -1,0 +1,179 @@
+//! The manifest every results file carries: which build measured what, on
+//! which machine, with which libraries and settings (so a number can be
+//! traced and reproduced).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+/// Environment variables that change how the libraries behave. The job token
+/// is a secret and is never recorded.
+fn recorded_env() -> serde_json::Map<String, Value> {
+    let mut vars: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| {
+            [
+                "GLOO_",
+                "NCCL_",
+                "OMPI_",
+                "PMIX_",
+                "RINGSIDE_",
+                "MASTER_",
+                "OMP_",
+                "CUDA_",
+            ]
+            .iter()
+            .any(|p| k.starts_with(p))
+                && k != "RINGSIDE_JOB_TOKEN"
+        })
+        .collect();
+    vars.sort();
+    vars.into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect()
+}
+
+/// The torch package directory (`.../site-packages/torch`) set-up linked,
+/// or where `RINGSIDE_TORCH_DIR` points.
+pub fn torch_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("RINGSIDE_TORCH_DIR") {
+        return Some(PathBuf::from(d));
+    }
+    let built = option_env!("LIBTORCH").map(PathBuf::from)?;
+    built.canonicalize().ok()
+}
+
+/// The repository this binary was built from (for the torch peer's script
+/// and Python when no flag names them).
+pub fn workspace_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+fn dpkg_version(package: &str) -> Option<String> {
+    let out = Command::new("dpkg-query")
+        .args(["-W", "-f=${Version}", package])
+        .output()
+        .ok()?;
+    let v = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    (out.status.success() && !v.is_empty()).then_some(v)
+}
+
+/// `__version__` from torch's version.py (e.g. `2.11.0+cu130`).
+fn torch_version(dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join("version.py")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("__version__"))
+        .and_then(|rest| rest.split(['\'', '"']).nth(1))
+        .map(str::to_owned)
+}
+
+/// The NCCL wheel's version from its dist-info next to torch.
+fn nccl_version(torch: &Path) -> Option<String> {
+    let site = torch.parent()?;
+    std::fs::read_dir(site).ok()?.flatten().find_map(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        name.strip_prefix("nvidia_nccl")
+            .and_then(|rest| rest.strip_suffix(".dist-info"))
+            .and_then(|rest| rest.rsplit('-').next())
+            .map(str::to_owned)
+    })
+}
+
+fn first_line_with(path: &str, key: &str) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_once([':', '=']))
+        .map(|(_, v)| v.trim().trim_matches('"').to_owned())
+}
+
+fn host() -> Value {
+    let mem_kib = first_line_with("/proc/meminfo", "MemTotal")
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok());
+    json!({
+        "hostname": std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|s| s.trim().to_owned()),
+        "cpu": first_line_with("/proc/cpuinfo", "model name"),
+        "cores": collectives::transport::host_cpus(),
+        "memory_bytes": mem_kib.map(|k| k * 1024),
+        "os": first_line_with("/etc/os-release", "PRETTY_NAME"),
+    })
+}
+
+/// The manifest for a run of `world` ranks over `transport`.
+pub fn manifest(world: usize, transport: &str, combine: &str) -> Value {
+    let torch = torch_dir();
+    let args: Vec<String> = std::env::args().collect();
+    json!({
+        "created": created(),
+        "command": args.join(" "),
+        "ringside": {
+            "version": env!("CARGO_PKG_VERSION"),
+            "git_sha": env!("RINGSIDE_GIT_SHA"),
+            "rustc": env!("RINGSIDE_RUSTC"),
+        },
+        "libraries": {
+            "gloo": dpkg_version("libgloo-dev"),
+            "openmpi": dpkg_version("libopenmpi-dev"),
+            "nccl": torch.as_deref().and_then(nccl_version),
+            "torch": torch.as_deref().and_then(torch_version),
+        },
+        "host": host(),
+        "env": recorded_env(),
+        "world": world,
+        "transport": transport,
+        "combine": combine,
+    })
+}
+
+/// Now as RFC 3339 UTC, without a date crate: days from the epoch by the
+/// civil-from-days algorithm (proleptic Gregorian calendar).
+fn created() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifest_has_the_promised_fields_and_no_token() {
+        // SAFETY: single-threaded test setup; no other thread reads the environment.
+        unsafe { std::env::set_var("RINGSIDE_JOB_TOKEN", "secret") };
+        let m = manifest(2, "tcp", "max");
+        for key in ["created", "command", "ringside", "libraries", "host", "env"] {
+            assert!(m.get(key).is_some(), "{key} missing: {m}");
+        }
+        assert!(
+            m["ringside"]["git_sha"]
+                .as_str()
+                .is_some_and(|s| !s.is_empty())
+        );
+        assert!(m["env"].get("RINGSIDE_JOB_TOKEN").is_none());
+        assert_eq!(m["world"], 2);
+        let c = m["created"].as_str().unwrap();
+        assert_eq!(c.len(), 20, "{c}");
+        assert!(c.starts_with("20"), "{c}");
+    }
+}
