@@ -7,10 +7,8 @@
 //! `--json FILE`, rewritten after every size so an interrupted run keeps what
 //! it measured.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
@@ -20,10 +18,12 @@ use collectives::rendezvous::env::{Launcher, Rendezvous};
 use collectives::transport::TransportKind;
 use collectives::{Backend, Collective, Communicator, DType, ReduceOp};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::job::{self, Start, parse_algo, parse_size, parse_transport};
 use crate::manifest;
+use crate::results::{Results, record};
+use crate::torch_peer::{self, PeerSweep, cuda_present};
 
 /// Flags follow nccl-tests where they overlap (`-b -e -f -i -n -w -c -o -d -r -a`).
 #[derive(Debug, Args)]
@@ -355,79 +355,6 @@ fn row(
     s
 }
 
-/// The short dtype names results files use.
-fn dtype_key(d: DType) -> &'static str {
-    match d {
-        DType::F32 => "f32",
-        DType::F64 => "f64",
-        DType::F16 => "f16",
-        DType::BF16 => "bf16",
-        DType::I32 => "i32",
-        DType::I64 => "i64",
-        DType::U8 => "u8",
-    }
-}
-
-/// A results-file record (format: `ringside-results/1`).
-fn record(lane: &Lane, algo: &str, m: &Measurement) -> Value {
-    json!({
-        "label": lane.label,
-        "backend": lane.backend.name(),
-        "algo": algo,
-        "peer": false,
-        "collective": m.collective.name(),
-        "world": m.world,
-        "bytes": m.bytes,
-        "count": m.count,
-        "dtype": dtype_key(m.dtype),
-        "op": m.op.map_or("none", ReduceOp::name),
-        "root": m.root.map_or(-1, |r| r as i64),
-        "in_place": m.in_place,
-        "iters": m.iters,
-        "min_us": m.min_us,
-        "median_us": m.median_us,
-        "mean_us": m.mean_us,
-        "p99_us": m.p99_us,
-        "max_us": m.max_us,
-        "algbw_gbps": m.algbw_gbps(),
-        "busbw_gbps": m.busbw_gbps(),
-        "wrong": m.wrong.map_or(-1, |w| w as i64),
-    })
-}
-
-/// The results file, written whole (temporary file + rename) after every
-/// size, so a crash or Ctrl-C never leaves a torn file behind.
-struct Results {
-    path: Option<PathBuf>,
-    manifest: Value,
-    records: Vec<Value>,
-}
-
-impl Results {
-    fn push(&mut self, r: Value) -> anyhow::Result<()> {
-        self.records.push(r);
-        self.write()
-    }
-    fn write(&self) -> anyhow::Result<()> {
-        let Some(path) = &self.path else {
-            return Ok(());
-        };
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
-        let doc = json!({
-            "format": "ringside-results/1",
-            "manifest": self.manifest,
-            "records": self.records,
-        });
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(&doc)?)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
-        Ok(())
-    }
-}
-
 /// Connects a lane, or says why this job cannot run it.
 fn connect(
     rdv: &Rendezvous,
@@ -570,7 +497,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                         wrong += m.wrong.unwrap_or(0) as i64;
                         bus.push(m.busbw_gbps());
                         sides[k] = Some(Side::of(&m));
-                        results.push(record(lane, algo, &m))?;
+                        results.push(record(&lane.label, lane.backend.name(), algo, &m))?;
                         first.get_or_insert(m);
                     }
                 }
@@ -604,7 +531,23 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         } else {
             "gloo"
         };
-        let records = torch_peer(&args, &rdv, torch_backend, &collectives, timeout)?;
+        let sweep = PeerSweep {
+            backend: torch_backend,
+            collectives: &collectives,
+            min_bytes: args.min_bytes,
+            max_bytes: args.max_bytes,
+            factor: args.factor,
+            iters: args.iters,
+            warmup: args.warmup,
+            dtype: args.dtype,
+            op: args.op,
+            root: args.root,
+            check: args.check != 0,
+            combine: args.combine,
+            python: args.python.clone(),
+            script: args.peer_script.clone(),
+        };
+        let records = torch_peer::run(&sweep, &rdv, timeout)?;
         if lead {
             wrong += print_peer(&records, &args);
             for r in records {
@@ -641,10 +584,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     }
     rdv.close(timeout)?;
     Ok(if total[0] == 0 && ran_any { 0 } else { 1 })
-}
-
-fn cuda_present() -> bool {
-    Path::new("/dev/nvidia0").exists() || Path::new("/dev/nvidiactl").exists()
 }
 
 /// Prints the torch peer's records as tables; returns their wrong count.
@@ -692,120 +631,6 @@ fn print_peer(records: &[Value], args: &BenchArgs) -> i64 {
         i = j.max(i + 1);
     }
     wrong
-}
-
-/// Runs the torch peer on every rank (each rank starts one Python process, so
-/// it works under any launcher); rank 0 returns the records it printed.
-fn torch_peer(
-    args: &BenchArgs,
-    rdv: &Rendezvous,
-    backend: &str,
-    collectives: &[Collective],
-    timeout: Duration,
-) -> anyhow::Result<Vec<Value>> {
-    let python = args
-        .python
-        .clone()
-        .unwrap_or_else(|| manifest::workspace_dir().join(".ringside/venv/bin/python"));
-    let script = args
-        .peer_script
-        .clone()
-        .unwrap_or_else(|| manifest::workspace_dir().join("benches/torch_peer.py"));
-    if !python.exists() {
-        bail!(
-            "--peer torch: no Python at {} (run `cargo xtask setup`, or pass --python)",
-            python.display()
-        );
-    }
-    if !script.exists() {
-        bail!(
-            "--peer torch: no script at {} (pass --peer-script)",
-            script.display()
-        );
-    }
-    let store = rdv.store();
-    if rdv.info.rank == 0 {
-        let port = std::net::TcpListener::bind((rdv.info.master_addr.as_str(), 0))
-            .or_else(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-            .and_then(|l| l.local_addr())
-            .context("picking a port for torch.distributed")?
-            .port();
-        store.set("bench/torch-port", port.to_string().as_bytes())?;
-    }
-    let port = String::from_utf8_lossy(&store.get("bench/torch-port")?).into_owned();
-    let names: Vec<&str> = collectives.iter().map(|c| c.name()).collect();
-    let mut cmd = Command::new(&python);
-    cmd.arg(&script)
-        .args(["--backend", backend])
-        .args([
-            "-b",
-            &args.min_bytes.to_string(),
-            "-e",
-            &args.max_bytes.to_string(),
-        ])
-        .args(["-f", &args.factor.to_string()])
-        .args([
-            "-n",
-            &args.iters.to_string(),
-            "-w",
-            &args.warmup.to_string(),
-        ])
-        .args(["-d", dtype_key(args.dtype), "-o", args.op.name()])
-        .args(["-r", &args.root.to_string(), "-c", &args.check.to_string()])
-        .args(["--combine", args.combine.name()])
-        .args(["--collective", &names.join(",")])
-        .env("RANK", rdv.info.rank.to_string())
-        .env("WORLD_SIZE", rdv.info.world_size.to_string())
-        .env("LOCAL_RANK", rdv.info.local_rank.to_string())
-        .env("MASTER_ADDR", &rdv.info.master_addr)
-        .env("MASTER_PORT", &port)
-        // One intra-op thread per rank, as ringside's ranks use one core each.
-        .env("OMP_NUM_THREADS", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    let child = cmd
-        .spawn()
-        .with_context(|| format!("starting {} {}", python.display(), script.display()))?;
-    // The whole sweep may take long; each wait inside it is bounded by the
-    // script's own timeout, and this bounds the whole.
-    let budget = timeout.saturating_mul(20).max(Duration::from_secs(600));
-    let lines = collect_lines(child, budget)?;
-    Ok(lines
-        .iter()
-        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
-        .filter(|v| v.get("median_us").is_some())
-        .collect())
-}
-
-/// Reads a child's stdout to the end and waits for it, killing it after `budget`.
-fn collect_lines(mut child: Child, budget: Duration) -> anyhow::Result<Vec<String>> {
-    let stdout = child.stdout.take().context("the peer's stdout")?;
-    let reader = std::thread::spawn(move || {
-        BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .collect::<Vec<_>>()
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break s;
-        }
-        if start.elapsed() > budget {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("the torch peer took longer than {budget:?} and was stopped");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let lines = reader
-        .join()
-        .map_err(|_| anyhow::anyhow!("reading the peer's output failed"))?;
-    if !status.success() {
-        bail!("the torch peer failed ({status}); its messages are above");
-    }
-    Ok(lines)
 }
 
 #[cfg(test)]

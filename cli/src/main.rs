@@ -6,7 +6,9 @@ mod conformance_cmd;
 mod job;
 mod launch_cmd;
 mod manifest;
+mod results;
 mod sweep;
+mod torch_peer;
 mod tour;
 
 use clap::{Parser, Subcommand};

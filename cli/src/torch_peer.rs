@@ -1,0 +1,171 @@
+//! The torch peer: PyTorch's own `torch.distributed` over the same sizes with
+//! the same timing rule (`benches/torch_peer.py`), one Python process per
+//! rank, so it runs under any launcher.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use collectives::bench::Combine;
+use collectives::rendezvous::env::Rendezvous;
+use collectives::{Collective, DType, ReduceOp};
+use serde_json::Value;
+
+use crate::manifest;
+use crate::results::dtype_key;
+
+/// What the peer sweeps.
+pub struct PeerSweep<'a> {
+    /// torch.distributed backend: gloo or nccl.
+    pub backend: &'a str,
+    /// Collectives to time.
+    pub collectives: &'a [Collective],
+    /// Sizes: min, max, factor.
+    pub min_bytes: usize,
+    /// Largest size.
+    pub max_bytes: usize,
+    /// Size factor.
+    pub factor: usize,
+    /// Timed and warm-up iterations.
+    pub iters: usize,
+    /// Warm-up iterations.
+    pub warmup: usize,
+    /// Element type, reduction, root.
+    pub dtype: DType,
+    /// Reduction.
+    pub op: ReduceOp,
+    /// Root.
+    pub root: usize,
+    /// Check results.
+    pub check: bool,
+    /// How ranks' times combine.
+    pub combine: Combine,
+    /// Python with torch (default: set-up's venv).
+    pub python: Option<PathBuf>,
+    /// The script (default: this checkout's benches/torch_peer.py).
+    pub script: Option<PathBuf>,
+}
+
+/// Whether this machine has an NVIDIA GPU driver.
+pub fn cuda_present() -> bool {
+    Path::new("/dev/nvidia0").exists() || Path::new("/dev/nvidiactl").exists()
+}
+
+/// Runs the torch peer on every rank (each rank starts one Python process, so
+/// it works under any launcher); rank 0 returns the records it printed.
+pub fn run(
+    sweep: &PeerSweep<'_>,
+    rdv: &Rendezvous,
+    timeout: Duration,
+) -> anyhow::Result<Vec<Value>> {
+    let python = sweep
+        .python
+        .clone()
+        .unwrap_or_else(|| manifest::workspace_dir().join(".ringside/venv/bin/python"));
+    let script = sweep
+        .script
+        .clone()
+        .unwrap_or_else(|| manifest::workspace_dir().join("benches/torch_peer.py"));
+    if !python.exists() {
+        bail!(
+            "--peer torch: no Python at {} (run `cargo xtask setup`, or pass --python)",
+            python.display()
+        );
+    }
+    if !script.exists() {
+        bail!(
+            "--peer torch: no script at {} (pass --peer-script)",
+            script.display()
+        );
+    }
+    let store = rdv.store();
+    if rdv.info.rank == 0 {
+        let port = std::net::TcpListener::bind((rdv.info.master_addr.as_str(), 0))
+            .or_else(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+            .and_then(|l| l.local_addr())
+            .context("picking a port for torch.distributed")?
+            .port();
+        store.set("bench/torch-port", port.to_string().as_bytes())?;
+    }
+    let port = String::from_utf8_lossy(&store.get("bench/torch-port")?).into_owned();
+    let names: Vec<&str> = sweep.collectives.iter().map(|c| c.name()).collect();
+    let mut cmd = Command::new(&python);
+    cmd.arg(&script)
+        .args(["--backend", sweep.backend])
+        .args([
+            "-b",
+            &sweep.min_bytes.to_string(),
+            "-e",
+            &sweep.max_bytes.to_string(),
+        ])
+        .args(["-f", &sweep.factor.to_string()])
+        .args([
+            "-n",
+            &sweep.iters.to_string(),
+            "-w",
+            &sweep.warmup.to_string(),
+        ])
+        .args(["-d", dtype_key(sweep.dtype), "-o", sweep.op.name()])
+        .args([
+            "-r",
+            &sweep.root.to_string(),
+            "-c",
+            if sweep.check { "1" } else { "0" },
+        ])
+        .args(["--combine", sweep.combine.name()])
+        .args(["--collective", &names.join(",")])
+        .env("RANK", rdv.info.rank.to_string())
+        .env("WORLD_SIZE", rdv.info.world_size.to_string())
+        .env("LOCAL_RANK", rdv.info.local_rank.to_string())
+        .env("MASTER_ADDR", &rdv.info.master_addr)
+        .env("MASTER_PORT", &port)
+        // One intra-op thread per rank, as ringside's ranks use one core each.
+        .env("OMP_NUM_THREADS", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting {} {}", python.display(), script.display()))?;
+    // The whole sweep may take long; each wait inside it is bounded by the
+    // script's own timeout, and this bounds the whole.
+    let budget = timeout.saturating_mul(20).max(Duration::from_secs(600));
+    let lines = collect_lines(child, budget)?;
+    Ok(lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+        .filter(|v| v.get("median_us").is_some())
+        .collect())
+}
+
+/// Reads a child's stdout to the end and waits for it, killing it after `budget`.
+fn collect_lines(mut child: Child, budget: Duration) -> anyhow::Result<Vec<String>> {
+    let stdout = child.stdout.take().context("the peer's stdout")?;
+    let reader = std::thread::spawn(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if start.elapsed() > budget {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("the torch peer took longer than {budget:?} and was stopped");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let lines = reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("reading the peer's output failed"))?;
+    if !status.success() {
+        bail!("the torch peer failed ({status}); its messages are above");
+    }
+    Ok(lines)
+}
