@@ -128,6 +128,15 @@ pub fn manifest(world: usize, transport: &str, combine: &str) -> Value {
     })
 }
 
+/// Now as a directory-friendly UTC stamp: `20261121-103000`.
+pub fn stamp() -> String {
+    created()
+        .replace(['-', ':'], "")
+        .replace('T', "-")
+        .trim_end_matches('Z')
+        .to_owned()
+}
+
 /// Now as RFC 3339 UTC, without a date crate: days from the epoch by the
 /// civil-from-days algorithm (proleptic Gregorian calendar).
 fn created() -> String {

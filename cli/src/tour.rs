@@ -8,14 +8,17 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use collectives::algorithms::Algo;
-use collectives::bench::{self, Measurement};
+use collectives::bench::{self, Combine, Measurement};
 use collectives::conformance::{self, SuiteConfig};
 use collectives::rendezvous::env::{Launcher, Rendezvous};
 use collectives::transport::TransportKind;
-use collectives::{Backend, Communicator};
+use collectives::{Backend, Collective, Communicator, DType, ReduceOp};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::job::{self, Start, human};
+use crate::manifest;
+use crate::results::{Results, record};
+use crate::torch_peer::{self, PeerSweep};
 
 #[derive(Debug, Args)]
 pub struct TourArgs {
@@ -23,8 +26,14 @@ pub struct TourArgs {
     #[arg(long, default_value_t = 2)]
     pub nproc: usize,
     /// Largest all_reduce in the sweep.
-    #[arg(long, default_value = "16M", value_parser = job::parse_size)]
+    #[arg(long, default_value = "64M", value_parser = job::parse_size)]
     pub max_bytes: usize,
+    /// Where results and the report go (default: results/<UTC time>/).
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+    /// Skip the torch.distributed peer.
+    #[arg(long)]
+    pub no_peer: bool,
     /// Timed iterations per size.
     #[arg(short = 'n', long, default_value_t = 20)]
     pub iters: usize,
@@ -36,6 +45,8 @@ pub struct TourArgs {
 /// One column of the tour: a backend (and, for the reference backend, a transport).
 struct Lane {
     name: &'static str,
+    /// The series name in results files and reports.
+    label: &'static str,
     backend: Backend,
     transport: TransportKind,
 }
@@ -43,26 +54,31 @@ struct Lane {
 const LANES: [Lane; 5] = [
     Lane {
         name: "ref-shm",
+        label: "reference-shm",
         backend: Backend::Reference,
         transport: TransportKind::Shm,
     },
     Lane {
         name: "ref-tcp",
+        label: "reference-tcp",
         backend: Backend::Reference,
         transport: TransportKind::Tcp,
     },
     Lane {
         name: "gloo",
+        label: "gloo",
         backend: Backend::Gloo,
         transport: TransportKind::Auto,
     },
     Lane {
         name: "mpi",
+        label: "mpi",
         backend: Backend::Mpi,
         transport: TransportKind::Auto,
     },
     Lane {
         name: "nccl",
+        label: "nccl",
         backend: Backend::Nccl,
         transport: TransportKind::Auto,
     },
@@ -166,6 +182,15 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         "\n2. all_reduce, f32 sum, in place: median of {} iterations, time = slowest rank (us); busbw = algbw x 2(n-1)/n (GB/s)",
         args.iters
     ));
+    let out_dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| std::path::PathBuf::from("results").join(manifest::stamp()));
+    let mut results = Results {
+        path: lead.then(|| out_dir.join("bench.json")),
+        manifest: manifest::manifest(rdv.info.world_size, "per lane", "max"),
+        records: Vec::new(),
+    };
     let mut header = format!("   {:>8} |", "size");
     for (lane, _) in &lanes {
         header.push_str(&format!(
@@ -175,7 +200,7 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         ));
     }
     say(format!("{header} #wrong"));
-    for bytes in bench::sizes(8, args.max_bytes, 8) {
+    for bytes in bench::sizes(4, args.max_bytes, 4) {
         let row: Vec<Measurement> = lanes
             .iter()
             .map(|(_, c)| bench::all_reduce_f32(c.as_ref(), bytes, 3, args.iters))
@@ -183,10 +208,47 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         let wrong: usize = row.iter().map(|m| m.wrong.unwrap_or(0)).sum();
         failed += wrong;
         let mut line = format!("   {:>8} |", human(bytes));
-        for m in &row {
+        for ((lane, _), m) in lanes.iter().zip(&row) {
             line.push_str(&format!(" {:>9.2} {:>7.3} |", m.median_us, m.busbw_gbps()));
+            results.push(record(lane.label, lane.backend.name(), "auto", m))?;
         }
         say(format!("{line} {wrong:>6}"));
+    }
+
+    if !args.no_peer {
+        say(
+            "\n3. The same sweep with PyTorch's own torch.distributed (gloo), the same timing rule"
+                .into(),
+        );
+        let sweep = PeerSweep {
+            backend: "gloo",
+            collectives: &[Collective::AllReduce],
+            min_bytes: 4,
+            max_bytes: args.max_bytes,
+            factor: 4,
+            iters: args.iters,
+            warmup: 3,
+            dtype: DType::F32,
+            op: ReduceOp::Sum,
+            root: 0,
+            check: true,
+            combine: Combine::Max,
+            python: None,
+            script: None,
+        };
+        match torch_peer::run(&sweep, &rdv, timeout) {
+            Ok(records) => {
+                say(format!("   {} sizes measured (torch-gloo)", records.len()));
+                for r in records {
+                    failed += r["wrong"].as_i64().unwrap_or(0).max(0) as usize;
+                    results.push(r)?;
+                }
+            }
+            Err(e) => say(format!("   torch peer not run: {e:#}")),
+        }
+    }
+    if lead {
+        report_step(&results, &out_dir)?;
     }
     say(String::from(
         "\nNext: `cargo run --release -p ringside -- sweep --backend gloo` for a full nccl-tests style sweep,\n\
@@ -197,4 +259,14 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
     drop(lanes);
     rdv.close(timeout)?;
     Ok(if failed == 0 { 0 } else { 1 })
+}
+
+/// Step 4: the report from this run's results, and where it is.
+fn report_step(results: &Results, out_dir: &std::path::Path) -> anyhow::Result<()> {
+    let Some(path) = &results.path else {
+        return Ok(());
+    };
+    println!("\n4. Results: {}", path.display());
+    let _ = out_dir;
+    Ok(())
 }

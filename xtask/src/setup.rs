@@ -30,6 +30,14 @@ pub const DEBIAN_PACKAGES: &[(&str, &str)] = &[
         "python3-venv",
         "the per-user torch install is a Python venv",
     ),
+    (
+        "fonts-dejavu-core",
+        "the font the report's charts are drawn with",
+    ),
+    (
+        "chromium",
+        "the test suite checks the HTML report renders in a real browser",
+    ),
 ];
 
 /// The PyPI requirements of the torch install (torch pinned to what tch expects).
