@@ -262,6 +262,7 @@ pub fn run(comm: &dyn Communicator, case: &Case, s: &Settings) -> Result<Option<
             }
         }
     };
+    // ANCHOR: timed_loop
     for _ in 0..s.warmup {
         call()?;
     }
@@ -278,6 +279,7 @@ pub fn run(comm: &dyn Communicator, case: &Case, s: &Settings) -> Result<Option<
         Combine::Avg => ReduceOp::Avg,
     };
     comm.all_reduce(Input::InPlace, &mut BufferMut::from_slice(&mut times), op)?;
+    // ANCHOR_END: timed_loop
     let wrong = if s.check && !barrier {
         let mine = conformance::check_once(
             comm,
