@@ -6,6 +6,7 @@ mod conformance_cmd;
 mod job;
 mod launch_cmd;
 mod manifest;
+mod report_cmd;
 mod results;
 mod sweep;
 mod torch_peer;
@@ -31,6 +32,8 @@ enum Command {
     Sweep(sweep::SweepArgs),
     /// nccl-tests for every backend: any collective, table, #wrong, JSON results with a manifest.
     Bench(bench_cmd::BenchArgs),
+    /// Turn results files into charts, an α–β model and an HTML report.
+    Report(report_cmd::ReportArgs),
     /// Run the conformance suite on this job's ranks (any launcher).
     Conformance(conformance_cmd::ConformanceArgs),
 }
@@ -42,6 +45,7 @@ fn main() -> anyhow::Result<()> {
         Command::Tour(args) => tour::run(args)?,
         Command::Sweep(args) => sweep::run(args)?,
         Command::Bench(args) => bench_cmd::run(args)?,
+        Command::Report(args) => report_cmd::run(args)?,
         Command::Conformance(args) => conformance_cmd::run(args)?,
     };
     std::process::exit(code)

@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use clap::Args;
 use collectives::algorithms::Algo;
 use collectives::bench::{self, Combine, Measurement};
@@ -261,12 +262,21 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
     Ok(if failed == 0 { 0 } else { 1 })
 }
 
-/// Step 4: the report from this run's results, and where it is.
+/// Step 4: the report from this run's results, its summary, and where it is.
 fn report_step(results: &Results, out_dir: &std::path::Path) -> anyhow::Result<()> {
     let Some(path) = &results.path else {
         return Ok(());
     };
-    println!("\n4. Results: {}", path.display());
-    let _ = out_dir;
+    println!("\n4. Report: charts, the α–β model and scale predictions");
+    let opts = reports::ReportOptions::new(out_dir.join("report"));
+    let report = reports::write_report(&[path], &opts)
+        .with_context(|| format!("writing the report for {}", path.display()))?;
+    print!("{}", report.summary);
+    println!("   results: {}", path.display());
+    println!(
+        "   report:  {} (open it in a browser; {} charts as SVG and PNG beside it)",
+        report.index.display(),
+        report.charts.len()
+    );
     Ok(())
 }

@@ -1,1 +1,152 @@
-//! (being written)
+//! Benchmark results (`ringside-results/1` files) to charts, an α–β model,
+//! scale predictions and a self-contained HTML report.
+//!
+//! The pipeline, each step usable on its own:
+//! [`Dataset::load`] → [`fit_dataset`] → [`summarize`] / [`link_models`] →
+//! [`scale_predictions`] → [`render_charts`] → [`render_html`];
+//! [`write_report`] runs all of it and writes the files.
+#![deny(missing_docs)]
+
+mod charts;
+mod dataset;
+mod error;
+mod fit;
+mod html;
+mod predict;
+mod results;
+mod summary;
+mod units;
+
+use std::path::{Path, PathBuf};
+
+pub use charts::{Chart, ChartKind, ChartOptions, DEFAULT_FONT, render_charts};
+pub use dataset::{Dataset, Entry, Series, Source};
+pub use error::{Error, Result};
+pub use fit::{AlphaBeta, Fit, Pinned, SeriesFit, fit_alpha_beta, fit_dataset};
+pub use html::{Page, escape_html, render_html};
+pub use predict::{
+    AllReduceAlgorithm, LinkModel, LinkSource, SCALE_RANKS, SCALE_SIZES, ScaleRow, link_models,
+    scale_predictions,
+};
+pub use results::{Collective, FORMAT, Record, ResultsFile, parse_results, read_results};
+pub use summary::{RangeBest, SizeRange, Summary, summarize};
+
+/// What to write and how.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportOptions {
+    /// Output folder (created if missing; files in it are overwritten).
+    pub out_dir: PathBuf,
+    /// Chart size and font.
+    pub charts: ChartOptions,
+    /// Message sizes for the scale predictions.
+    pub scale_sizes: Vec<u64>,
+    /// Rank counts for the scale predictions.
+    pub scale_ranks: Vec<usize>,
+}
+
+impl ReportOptions {
+    /// Defaults for everything but the output folder.
+    pub fn new(out_dir: impl Into<PathBuf>) -> Self {
+        ReportOptions {
+            out_dir: out_dir.into(),
+            charts: ChartOptions::default(),
+            scale_sizes: SCALE_SIZES.to_vec(),
+            scale_ranks: SCALE_RANKS.to_vec(),
+        }
+    }
+}
+
+/// The default output folder: `report/` next to the first input.
+pub fn default_out_dir(first_input: &Path) -> PathBuf {
+    match first_input.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.join("report"),
+        _ => PathBuf::from("report"),
+    }
+}
+
+/// What [`write_report`] wrote.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The page.
+    pub index: PathBuf,
+    /// Every file written (index.html first, then SVG/PNG pairs).
+    pub files: Vec<PathBuf>,
+    /// Chart file stems, in page order.
+    pub charts: Vec<String>,
+    /// The one-screen summary.
+    pub summary: Summary,
+}
+
+fn write(path: PathBuf, bytes: &[u8], files: &mut Vec<PathBuf>) -> Result<()> {
+    std::fs::write(&path, bytes).map_err(|source| Error::Write {
+        path: path.clone(),
+        source,
+    })?;
+    files.push(path);
+    Ok(())
+}
+
+/// Read `inputs`, fit, predict, draw and write `index.html` plus one SVG and
+/// one PNG per chart into `opts.out_dir`.
+///
+/// Everything is computed before the first file is written, so a bad input
+/// or a missing font leaves an earlier report untouched.
+pub fn write_report<P: AsRef<Path>>(inputs: &[P], opts: &ReportOptions) -> Result<Report> {
+    let ds = Dataset::load(inputs)?;
+    let fits = fit_dataset(&ds);
+    let summary = summarize(&ds, &fits);
+    let links = link_models(&fits);
+    let scale = scale_predictions(&links, &opts.scale_sizes, &opts.scale_ranks);
+    let charts = render_charts(&ds, &fits, &opts.charts)?;
+    let html = render_html(&Page {
+        dataset: &ds,
+        fits: &fits,
+        summary: &summary,
+        charts: &charts,
+        links: &links,
+        scale: &scale,
+    });
+
+    std::fs::create_dir_all(&opts.out_dir).map_err(|source| Error::Write {
+        path: opts.out_dir.clone(),
+        source,
+    })?;
+    let mut files = Vec::with_capacity(1 + 2 * charts.len());
+    let index = opts.out_dir.join("index.html");
+    write(index.clone(), html.as_bytes(), &mut files)?;
+    for c in &charts {
+        write(
+            opts.out_dir.join(format!("{}.svg", c.stem)),
+            c.svg.as_bytes(),
+            &mut files,
+        )?;
+        write(
+            opts.out_dir.join(format!("{}.png", c.stem)),
+            &c.png,
+            &mut files,
+        )?;
+    }
+    Ok(Report {
+        index,
+        files,
+        charts: charts.iter().map(|c| c.stem.clone()).collect(),
+        summary,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_out_dir_is_next_to_the_first_input() {
+        assert_eq!(
+            default_out_dir(Path::new("results/2026/bench.json")),
+            PathBuf::from("results/2026/report")
+        );
+        assert_eq!(
+            default_out_dir(Path::new("bench.json")),
+            PathBuf::from("report")
+        );
+    }
+}

@@ -1,0 +1,664 @@
+//! Charts with plotters, each rendered twice from one description: SVG (for
+//! the page) and PNG (for slides and chats).
+//!
+//! Text goes through plotters' `ab_glyph` feature with a TTF file read at run
+//! time, so building needs no fontconfig/freetype development packages.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::dataset::Dataset;
+use crate::error::{Error, Result};
+use crate::fit::SeriesFit;
+use crate::results::Collective;
+use crate::units::{axis_bytes, fmt_us, sig3};
+
+/// Debian's DejaVu Sans (package `fonts-dejavu-core`).
+pub const DEFAULT_FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+
+/// Size and font of the charts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChartOptions {
+    /// Width in pixels (SVG user units).
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// TTF/OTF font for all chart text.
+    pub font: PathBuf,
+}
+
+impl Default for ChartOptions {
+    fn default() -> Self {
+        ChartOptions {
+            width: 960,
+            height: 560,
+            font: PathBuf::from(DEFAULT_FONT),
+        }
+    }
+}
+
+/// The kinds of chart drawn per collective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ChartKind {
+    /// Median time vs size, log–log, with the α–β curves.
+    Latency,
+    /// Bus bandwidth vs size, log x.
+    BusBandwidth,
+    /// Min–max band around the median, log–log.
+    Spread,
+}
+
+impl ChartKind {
+    /// All kinds, in page order.
+    pub const ALL: [ChartKind; 3] = [
+        ChartKind::Latency,
+        ChartKind::BusBandwidth,
+        ChartKind::Spread,
+    ];
+
+    /// File-name prefix.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            ChartKind::Latency => "latency",
+            ChartKind::BusBandwidth => "busbw",
+            ChartKind::Spread => "spread",
+        }
+    }
+}
+
+/// One rendered chart.
+#[derive(Debug, Clone)]
+pub struct Chart {
+    /// What it shows.
+    pub kind: ChartKind,
+    /// Of which collective.
+    pub collective: Collective,
+    /// File stem, e.g. `latency-all_reduce` (only `[a-z_-]`, safe in paths,
+    /// ids and URLs).
+    pub stem: String,
+    /// Caption.
+    pub title: String,
+    /// The SVG document.
+    pub svg: String,
+    /// The PNG file.
+    pub png: Vec<u8>,
+    /// Pixel size.
+    pub size: (u32, u32),
+}
+
+/// Register `path` as plotters' "sans-serif" font. plotters keeps fonts as
+/// `&'static [u8]`, so each distinct file is read once and leaked; the table
+/// keeps a second report in the same process from leaking it again.
+fn use_font(path: &Path) -> Result<()> {
+    static LOADED: OnceLock<Mutex<HashMap<PathBuf, &'static [u8]>>> = OnceLock::new();
+    let font_err = |reason: String| Error::Font {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let mut loaded = LOADED
+        .get_or_init(Default::default)
+        .lock()
+        .map_err(|_| font_err("font table poisoned by an earlier panic".into()))?;
+    let bytes = match loaded.get(path) {
+        Some(b) => *b,
+        None => {
+            let data = std::fs::read(path).map_err(|e| font_err(e.to_string()))?;
+            let leaked: &'static [u8] = Box::leak(data.into_boxed_slice());
+            loaded.insert(path.to_path_buf(), leaked);
+            leaked
+        }
+    };
+    plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+        .map_err(|_| font_err("not a TrueType/OpenType font".into()))
+}
+
+/// Tableau 10: distinct, colour-blind friendlier than plotters' defaults.
+const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+/// The colour of a series, the same in every chart.
+fn color(series: usize) -> RGBColor {
+    PALETTE[series % PALETTE.len()]
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stroke {
+    /// Our own measurement.
+    Solid,
+    /// A peer (torch) measurement: long dashes.
+    Peer,
+    /// A model curve: thin short dashes.
+    Model,
+}
+
+struct Line {
+    legend: Option<String>,
+    color: RGBColor,
+    stroke: Stroke,
+    points: Vec<(f64, f64)>,
+    markers: bool,
+}
+
+struct Band {
+    color: RGBColor,
+    /// (x, low, high)
+    points: Vec<(f64, f64, f64)>,
+}
+
+#[derive(Clone, Copy)]
+enum YAxis {
+    Log(f64, f64),
+    Linear(f64, f64),
+}
+
+struct Plot {
+    title: String,
+    y_desc: &'static str,
+    x_range: (f64, f64),
+    y: YAxis,
+    bands: Vec<Band>,
+    lines: Vec<Line>,
+    model_legend: bool,
+}
+
+/// Powers of two for the size axis: aligned to a step of 1, 2, 4 or 10
+/// exponents, whichever keeps the labels to ten or fewer.
+fn size_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let (e0, e1) = (lo.log2().ceil() as i32, hi.log2().floor() as i32);
+    for step in [1, 2, 4, 10] {
+        let ticks: Vec<f64> = (e0..=e1)
+            .filter(|e| e.rem_euclid(step) == 0)
+            .map(|e| 2f64.powi(e))
+            .collect();
+        if ticks.len() <= 10 {
+            return ticks;
+        }
+    }
+    vec![lo, hi]
+}
+
+/// A log axis range padded by a quarter decade-ish, never empty.
+fn log_range(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
+    let (mut lo, mut hi) = (f64::INFINITY, 0f64);
+    for v in values.filter(|v| v.is_finite() && *v > 0.0) {
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    if !(lo.is_finite() && hi > 0.0) {
+        return None;
+    }
+    if hi / lo < 4.0 {
+        let mid = (hi * lo).sqrt();
+        (lo, hi) = (mid / 2.0, mid * 2.0);
+    }
+    Some((lo / 1.3, hi * 1.3))
+}
+
+/// Sizes between `lo` and `hi`, evenly spaced in log, for model curves.
+fn log_samples(lo: f64, hi: f64, n: usize) -> Vec<f64> {
+    let (a, b) = (lo.ln(), hi.ln());
+    (0..n)
+        .map(|i| (a + (b - a) * i as f64 / (n.max(2) - 1) as f64).exp())
+        .collect()
+}
+
+fn legend_name(ds: &Dataset, id: usize) -> String {
+    let s = &ds.series[id];
+    if s.peer {
+        format!("{} (peer)", s.name)
+    } else {
+        s.name.clone()
+    }
+}
+
+/// Describe the three charts of one collective, or none when it has no
+/// positive size and time (a barrier-only file).
+fn plots_for(ds: &Dataset, fits: &[SeriesFit], collective: Collective) -> Option<[Plot; 3]> {
+    let ids = ds.series_for(collective);
+    let usable = |id: usize| {
+        ds.points(id, collective)
+            .into_iter()
+            .filter(|r| r.bytes > 0 && r.median_us > 0.0)
+            .collect::<Vec<_>>()
+    };
+    let data: Vec<(usize, Vec<&crate::results::Record>)> = ids
+        .iter()
+        .map(|&id| (id, usable(id)))
+        .filter(|(_, p)| !p.is_empty())
+        .collect();
+    if data.is_empty() {
+        return None;
+    }
+    let x_range = log_range(
+        data.iter()
+            .flat_map(|(_, p)| p.iter().map(|r| r.bytes as f64)),
+    )?;
+    let stroke = |id: usize| {
+        if ds.series[id].peer {
+            Stroke::Peer
+        } else {
+            Stroke::Solid
+        }
+    };
+
+    // Model curves over each series' measured sizes (no extrapolation on
+    // the chart: the scale table is where predictions belong).
+    let mut model_lat = Vec::new();
+    let mut model_bw = Vec::new();
+    for (id, pts) in &data {
+        let Some(fit) = fits
+            .iter()
+            .find(|f| f.series == *id && f.collective == collective)
+            .and_then(|f| f.fit.model())
+        else {
+            continue;
+        };
+        let (Some(first), Some(last)) = (pts.first(), pts.last()) else {
+            continue;
+        };
+        let (lo, hi) = (first.bytes as f64, last.bytes as f64);
+        let xs = log_samples(lo, hi, 48);
+        let bus = collective.bus_factor(ds.series[*id].world);
+        let lat: Vec<(f64, f64)> = xs.iter().map(|&s| (s, fit.predict_us(s))).collect();
+        // busbw the model implies: S·bus / t(S), bytes/µs → GB/s.
+        let bw: Vec<(f64, f64)> = lat.iter().map(|&(s, t)| (s, s * bus / t * 1e-3)).collect();
+        for (v, target) in [(lat, &mut model_lat), (bw, &mut model_bw)] {
+            target.push(Line {
+                legend: None,
+                color: color(*id),
+                stroke: Stroke::Model,
+                points: v,
+                markers: false,
+            });
+        }
+    }
+
+    let median_lines = |y: &dyn Fn(&crate::results::Record) -> f64| -> Vec<Line> {
+        data.iter()
+            .map(|(id, pts)| Line {
+                legend: Some(legend_name(ds, *id)),
+                color: color(*id),
+                stroke: stroke(*id),
+                points: pts.iter().map(|r| (r.bytes as f64, y(r))).collect(),
+                markers: true,
+            })
+            .collect()
+    };
+
+    let lat_lines = median_lines(&|r| r.median_us);
+    let lat_y = log_range(
+        lat_lines
+            .iter()
+            .chain(&model_lat)
+            .flat_map(|l| l.points.iter().map(|p| p.1)),
+    )?;
+    let has_model = !model_lat.is_empty();
+    let mut lines = lat_lines;
+    lines.extend(model_lat);
+    let latency = Plot {
+        title: format!("{collective}: median time per call"),
+        y_desc: "median time (log)",
+        x_range,
+        y: YAxis::Log(lat_y.0, lat_y.1),
+        bands: Vec::new(),
+        lines,
+        model_legend: has_model,
+    };
+
+    let bw_lines = median_lines(&|r| r.busbw());
+    let bw_max = bw_lines
+        .iter()
+        .chain(&model_bw)
+        .flat_map(|l| l.points.iter().map(|p| p.1))
+        .filter(|v| v.is_finite())
+        .fold(0f64, f64::max);
+    let mut lines = bw_lines;
+    lines.extend(model_bw);
+    let busbw = Plot {
+        title: format!("{collective}: bus bandwidth"),
+        y_desc: "busbw (GB/s)",
+        x_range,
+        y: YAxis::Linear(0.0, if bw_max > 0.0 { bw_max * 1.12 } else { 1.0 }),
+        bands: Vec::new(),
+        lines,
+        model_legend: has_model,
+    };
+
+    let bands: Vec<Band> = data
+        .iter()
+        .map(|(id, pts)| Band {
+            color: color(*id),
+            points: pts
+                .iter()
+                .map(|r| (r.bytes as f64, r.min_us.max(r.median_us * 1e-3), r.max_us))
+                .collect(),
+        })
+        .collect();
+    let spread_y = log_range(
+        bands
+            .iter()
+            .flat_map(|b| b.points.iter().flat_map(|p| [p.1, p.2])),
+    )?;
+    let spread = Plot {
+        title: format!("{collective}: per-iteration spread (min–max band, median line)"),
+        y_desc: "time per iteration (log)",
+        x_range,
+        y: YAxis::Log(spread_y.0, spread_y.1),
+        bands,
+        lines: median_lines(&|r| r.median_us),
+        model_legend: false,
+    };
+    Some([latency, busbw, spread])
+}
+
+fn style(color: RGBColor, stroke: Stroke) -> ShapeStyle {
+    let width = if stroke == Stroke::Model { 1 } else { 2 };
+    color.stroke_width(width)
+}
+
+/// Draw bands, lines, markers and the legend on a ready chart (any y axis).
+fn draw_content<'a, DB, CT>(chart: &mut ChartContext<'a, DB, CT>, plot: &Plot) -> Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    CT: CoordTranslate<From = (f64, f64)>,
+{
+    let s = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    for band in &plot.bands {
+        let mut outline: Vec<(f64, f64)> = band.points.iter().map(|p| (p.0, p.2)).collect();
+        outline.extend(band.points.iter().rev().map(|p| (p.0, p.1)));
+        chart
+            .draw_series(std::iter::once(Polygon::new(
+                outline,
+                band.color.mix(0.18).filled(),
+            )))
+            .map_err(s)?;
+    }
+    for line in &plot.lines {
+        let st = style(line.color, line.stroke);
+        let anno = match line.stroke {
+            Stroke::Solid => chart.draw_series(LineSeries::new(line.points.clone(), st)),
+            Stroke::Peer => chart.draw_series(DashedLineSeries::new(line.points.clone(), 9, 5, st)),
+            Stroke::Model => {
+                chart.draw_series(DashedLineSeries::new(line.points.clone(), 3, 3, st))
+            }
+        }
+        .map_err(s)?;
+        if let Some(name) = &line.legend {
+            let dashed = line.stroke != Stroke::Solid;
+            anno.label(name.clone()).legend(move |(x, y)| {
+                let seg = |a: i32, b: i32| PathElement::new(vec![(a, 0), (b, 0)], st);
+                let pieces = if dashed {
+                    [(0, 8), (13, 22)]
+                } else {
+                    [(0, 11), (11, 22)]
+                };
+                EmptyElement::at((x, y))
+                    + seg(pieces[0].0, pieces[0].1)
+                    + seg(pieces[1].0, pieces[1].1)
+            });
+        }
+        if line.markers {
+            chart
+                .draw_series(
+                    line.points
+                        .iter()
+                        .map(|&p| Circle::new(p, 3, line.color.filled())),
+                )
+                .map_err(s)?;
+        }
+    }
+    if plot.model_legend {
+        let grey = RGBColor(90, 90, 90).stroke_width(1);
+        chart
+            .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
+            .map_err(s)?
+            .label("α–β model (thin dashes)")
+            .legend(move |(x, y)| {
+                let seg = |a: i32, b: i32| PathElement::new(vec![(a, 0), (b, 0)], grey);
+                EmptyElement::at((x, y)) + seg(0, 3) + seg(6, 9) + seg(12, 15) + seg(18, 21)
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(180, 180, 180))
+        .label_font(("sans-serif", 15))
+        .draw()
+        .map_err(s)
+}
+
+fn draw_plot<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, plot: &Plot) -> Result<(), String> {
+    let s = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    root.fill(&WHITE).map_err(s)?;
+    let (x0, x1) = plot.x_range;
+    let x_spec = (x0..x1).log_scale().with_key_points(size_ticks(x0, x1));
+    let x_fmt = |v: &f64| axis_bytes(*v);
+    let mut builder = ChartBuilder::on(root);
+    builder
+        .caption(&plot.title, ("sans-serif", 22))
+        .margin(14)
+        .x_label_area_size(48)
+        .y_label_area_size(76);
+    let grid = RGBColor(235, 235, 235);
+    match plot.y {
+        YAxis::Log(y0, y1) => {
+            let mut chart = builder
+                .build_cartesian_2d(x_spec, (y0..y1).log_scale())
+                .map_err(s)?;
+            chart
+                .configure_mesh()
+                .x_desc("message size S (bytes)")
+                .y_desc(plot.y_desc)
+                .x_label_formatter(&x_fmt)
+                .y_label_formatter(&|v| fmt_us(*v))
+                .light_line_style(grid)
+                .label_style(("sans-serif", 16))
+                .draw()
+                .map_err(s)?;
+            draw_content(&mut chart, plot)?;
+        }
+        YAxis::Linear(y0, y1) => {
+            let mut chart = builder.build_cartesian_2d(x_spec, y0..y1).map_err(s)?;
+            chart
+                .configure_mesh()
+                .x_desc("message size S (bytes)")
+                .y_desc(plot.y_desc)
+                .x_label_formatter(&x_fmt)
+                .y_label_formatter(&|v| sig3(*v))
+                .light_line_style(grid)
+                .label_style(("sans-serif", 16))
+                .draw()
+                .map_err(s)?;
+            draw_content(&mut chart, plot)?;
+        }
+    }
+    root.present().map_err(s)
+}
+
+/// Merge runs of consecutive `<polyline>`s that share every attribute into
+/// one `<path>`: plotters writes each dash of a dashed line as its own
+/// element, which made one chart ~130 KB and the page with nine of them
+/// ~1 MB. Lines that do not look like plotters' polylines pass unchanged.
+fn compact_svg(svg: &str) -> String {
+    const HEAD: &str = "<polyline ";
+    const POINTS: &str = " points=\"";
+    let split = |line: &str| -> Option<(String, String)> {
+        let rest = line.strip_prefix(HEAD)?.strip_suffix("\"/>")?;
+        let at = rest.find(POINTS)?;
+        let points = &rest[at + POINTS.len()..];
+        // Only digits, signs, dots, commas and spaces: safe to move into `d`.
+        if !points
+            .chars()
+            .all(|c| c.is_ascii_digit() || " ,.-".contains(c))
+        {
+            return None;
+        }
+        Some((rest[..at].to_string(), points.trim().to_string()))
+    };
+    let mut out = String::with_capacity(svg.len() / 2);
+    let mut run: Option<(String, Vec<String>)> = None;
+    let flush = |run: &mut Option<(String, Vec<String>)>, out: &mut String| {
+        if let Some((attrs, parts)) = run.take() {
+            out.push_str(&format!("<path {attrs} d=\"M{}\"/>\n", parts.join(" M")));
+        }
+    };
+    for line in svg.lines() {
+        match split(line) {
+            Some((attrs, points)) => match &mut run {
+                Some((a, parts)) if *a == attrs => parts.push(points),
+                _ => {
+                    flush(&mut run, &mut out);
+                    run = Some((attrs, vec![points]));
+                }
+            },
+            None => {
+                flush(&mut run, &mut out);
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    flush(&mut run, &mut out);
+    out
+}
+
+fn encode_png(rgb: &[u8], (w, h): (u32, u32), stem: &str) -> Result<Vec<u8>> {
+    let png_err = |source| Error::Png {
+        chart: stem.to_string(),
+        source,
+    };
+    let mut out = Vec::new();
+    let mut encoder = png::Encoder::new(&mut out, w, h);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    let mut writer = encoder.write_header().map_err(png_err)?;
+    writer.write_image_data(rgb).map_err(png_err)?;
+    writer.finish().map_err(png_err)?;
+    Ok(out)
+}
+
+fn render(plot: &Plot, kind: ChartKind, collective: Collective, size: (u32, u32)) -> Result<Chart> {
+    let stem = format!("{}-{}", kind.prefix(), collective.name());
+    let chart_err = |reason: String| Error::Chart {
+        chart: stem.clone(),
+        reason,
+    };
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+        draw_plot(&root, plot).map_err(chart_err)?;
+    }
+    let svg = compact_svg(&svg);
+    let mut rgb = vec![0u8; size.0 as usize * size.1 as usize * 3];
+    {
+        let root = BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area();
+        draw_plot(&root, plot).map_err(chart_err)?;
+    }
+    let png = encode_png(&rgb, size, &stem)?;
+    Ok(Chart {
+        kind,
+        collective,
+        title: plot.title.clone(),
+        stem,
+        svg,
+        png,
+        size,
+    })
+}
+
+/// Draw every chart for every collective with data: latency (with the α–β
+/// curves), bus bandwidth and spread. Peer series are dashed.
+pub fn render_charts(ds: &Dataset, fits: &[SeriesFit], opts: &ChartOptions) -> Result<Vec<Chart>> {
+    // Too small and the legend eats the plot; too large and the PNG buffer
+    // is a memory hazard for a typo.
+    if !(320..=8192).contains(&opts.width) || !(200..=8192).contains(&opts.height) {
+        return Err(Error::Chart {
+            chart: "all".into(),
+            reason: format!(
+                "chart size {}x{} outside 320..=8192 x 200..=8192",
+                opts.width, opts.height
+            ),
+        });
+    }
+    use_font(&opts.font)?;
+    let mut charts = Vec::new();
+    for collective in ds.collectives() {
+        if let Some(plots) = plots_for(ds, fits, collective) {
+            for (plot, kind) in plots.iter().zip(ChartKind::ALL) {
+                charts.push(render(plot, kind, collective, (opts.width, opts.height))?);
+            }
+        }
+    }
+    Ok(charts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compact_svg_merges_equal_polylines_only() {
+        let svg = "<svg>\n\
+            <polyline fill=\"none\" stroke=\"#000\" points=\"1,2 3,4 \"/>\n\
+            <polyline fill=\"none\" stroke=\"#000\" points=\"5,6 7,8 \"/>\n\
+            <polyline fill=\"none\" stroke=\"#F00\" points=\"9,9 1,1 \"/>\n\
+            <text x=\"1\">\n&lt;a&gt;\n</text>\n</svg>\n";
+        let out = compact_svg(svg);
+        assert_eq!(
+            out,
+            "<svg>\n\
+             <path fill=\"none\" stroke=\"#000\" d=\"M1,2 3,4 M5,6 7,8\"/>\n\
+             <path fill=\"none\" stroke=\"#F00\" d=\"M9,9 1,1\"/>\n\
+             <text x=\"1\">\n&lt;a&gt;\n</text>\n</svg>\n"
+        );
+    }
+
+    #[test]
+    fn size_ticks_stay_few_and_on_powers_of_two() {
+        let t = size_ticks(5.0, 1e8);
+        assert!(t.len() <= 10 && t.len() >= 4, "{t:?}");
+        assert!(t.iter().all(|v| v.log2().fract() == 0.0));
+        assert_eq!(size_ticks(8.0, 64.0), [8.0, 16.0, 32.0, 64.0]);
+    }
+
+    #[test]
+    fn log_range_pads_and_widens_a_single_value() {
+        let (lo, hi) = log_range([5.0, 5.0].into_iter()).unwrap();
+        assert!(lo < 5.0 && hi > 5.0 && hi / lo >= 4.0);
+        assert!(log_range([0.0, f64::NAN].into_iter()).is_none());
+    }
+
+    #[test]
+    fn missing_font_names_the_debian_package() {
+        let err = use_font(Path::new("/nonexistent/font.ttf")).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("fonts-dejavu-core") && msg.contains("/nonexistent/font.ttf"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_font_is_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("fake.ttf");
+        std::fs::write(&p, b"not a font").unwrap();
+        let err = use_font(&p).unwrap_err();
+        assert!(err.to_string().contains("not a TrueType"), "{err}");
+    }
+}

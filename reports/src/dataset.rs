@@ -1,0 +1,345 @@
+//! Several results files merged into one set of named series.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::results::{Collective, Record, ResultsFile, read_results};
+
+/// One input file.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// Its manifest, as written.
+    pub manifest: serde_json::Value,
+    /// How many records it held.
+    pub records: usize,
+}
+
+/// One record together with the series it belongs to.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// Index into [`Dataset::series`].
+    pub series: usize,
+    /// Index into [`Dataset::sources`].
+    pub source: usize,
+    /// The measurement.
+    pub record: Record,
+}
+
+/// A line in the charts: one label (from one file, at one world size).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// Display name: the label, qualified by file when the label occurs in
+    /// several files and by ` n=W` when it was measured at several world sizes.
+    pub name: String,
+    /// Measured by the torch peer (drawn dashed).
+    pub peer: bool,
+    /// Number of ranks.
+    pub world: usize,
+}
+
+/// All inputs merged.
+#[derive(Debug, Clone)]
+pub struct Dataset {
+    /// The files, in the order given.
+    pub sources: Vec<Source>,
+    /// The series, in order of first appearance.
+    pub series: Vec<Series>,
+    /// Every record.
+    pub entries: Vec<Entry>,
+}
+
+/// Short names for the files that tell them apart: the stem, or
+/// `parent/stem` when stems collide (the main job writes
+/// `results/<timestamp>/bench.json`, so collisions are the normal case),
+/// or the full path as a last resort.
+fn file_qualifiers(paths: &[PathBuf]) -> Vec<String> {
+    let stem = |p: &Path| {
+        p.file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| p.display().to_string())
+    };
+    let with_parent = |p: &Path| match p.parent().and_then(|d| d.file_name()) {
+        Some(d) => format!("{}/{}", d.to_string_lossy(), stem(p)),
+        None => stem(p),
+    };
+    let candidates: [&dyn Fn(&Path) -> String; 3] =
+        [&stem, &with_parent, &|p: &Path| p.display().to_string()];
+    for make in candidates {
+        let names: Vec<String> = paths.iter().map(|p| make(p)).collect();
+        let unique: BTreeSet<&String> = names.iter().collect();
+        if unique.len() == names.len() {
+            return names;
+        }
+    }
+    // The same path given twice: number them so the series stay apart.
+    paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{}#{}", p.display(), i + 1))
+        .collect()
+}
+
+impl Dataset {
+    /// Read and merge results files (in the order given).
+    pub fn load<P: AsRef<Path>>(paths: &[P]) -> Result<Dataset> {
+        let mut files = Vec::with_capacity(paths.len());
+        for p in paths {
+            let p = p.as_ref();
+            files.push((p.to_path_buf(), read_results(p)?));
+        }
+        Dataset::from_files(files)
+    }
+
+    /// Merge already parsed files; each path names its file.
+    pub fn from_files(files: Vec<(PathBuf, ResultsFile)>) -> Result<Dataset> {
+        if files.is_empty() {
+            return Err(Error::NoRecords("no results files given".into()));
+        }
+        let paths: Vec<PathBuf> = files.iter().map(|(p, _)| p.clone()).collect();
+        let qualifiers = file_qualifiers(&paths);
+
+        // Which files and which world sizes each label occurs in decides how
+        // much qualification its series names need.
+        let mut label_files: BTreeMap<String, BTreeSet<usize>> = BTreeMap::new();
+        for (i, (_, f)) in files.iter().enumerate() {
+            for r in &f.records {
+                label_files.entry(r.label.clone()).or_default().insert(i);
+            }
+        }
+        let qualified = |label: &str, file: usize| -> String {
+            if label_files.get(label).is_some_and(|s| s.len() > 1) {
+                format!("{label} ({})", qualifiers[file])
+            } else {
+                label.to_string()
+            }
+        };
+        let mut worlds: BTreeMap<String, BTreeSet<usize>> = BTreeMap::new();
+        for (i, (_, f)) in files.iter().enumerate() {
+            for r in &f.records {
+                worlds
+                    .entry(qualified(&r.label, i))
+                    .or_default()
+                    .insert(r.world);
+            }
+        }
+
+        let mut series: Vec<Series> = Vec::new();
+        let mut index: BTreeMap<String, usize> = BTreeMap::new();
+        let mut entries = Vec::new();
+        let mut sources = Vec::with_capacity(files.len());
+        for (i, (path, file)) in files.into_iter().enumerate() {
+            sources.push(Source {
+                path,
+                manifest: file.manifest,
+                records: file.records.len(),
+            });
+            for record in file.records {
+                let base = qualified(&record.label, i);
+                let name = if worlds.get(&base).is_some_and(|w| w.len() > 1) {
+                    format!("{base} n={}", record.world)
+                } else {
+                    base
+                };
+                let id = match index.get(&name) {
+                    Some(&id) => id,
+                    None => {
+                        series.push(Series {
+                            name: name.clone(),
+                            peer: record.peer,
+                            world: record.world,
+                        });
+                        index.insert(name, series.len() - 1);
+                        series.len() - 1
+                    }
+                };
+                // A series is a peer series if any of its records is.
+                series[id].peer |= record.peer;
+                entries.push(Entry {
+                    series: id,
+                    source: i,
+                    record,
+                });
+            }
+        }
+        if entries.is_empty() {
+            let names: Vec<String> = sources
+                .iter()
+                .map(|s| s.path.display().to_string())
+                .collect();
+            return Err(Error::NoRecords(format!(
+                "no records in {}",
+                names.join(", ")
+            )));
+        }
+        Ok(Dataset {
+            sources,
+            series,
+            entries,
+        })
+    }
+
+    /// The collectives present, in [`Collective::ALL`] order.
+    pub fn collectives(&self) -> Vec<Collective> {
+        let present: BTreeSet<Collective> =
+            self.entries.iter().map(|e| e.record.collective).collect();
+        Collective::ALL
+            .into_iter()
+            .filter(|c| present.contains(c))
+            .collect()
+    }
+
+    /// Series that have data for `collective`, as indices into `series`.
+    pub fn series_for(&self, collective: Collective) -> Vec<usize> {
+        let ids: BTreeSet<usize> = self
+            .entries
+            .iter()
+            .filter(|e| e.record.collective == collective)
+            .map(|e| e.series)
+            .collect();
+        ids.into_iter().collect()
+    }
+
+    /// The points of one series for one collective, one per size, sorted by
+    /// size. Where a file holds several records of the same size (other
+    /// dtype, op or in-place variant), the fastest median stands for the size:
+    /// a line needs one y per x, and "best configuration" is what the
+    /// comparison is about. Every record still appears in the results tables.
+    pub fn points(&self, series: usize, collective: Collective) -> Vec<&Record> {
+        let mut best: BTreeMap<u64, &Record> = BTreeMap::new();
+        for e in &self.entries {
+            if e.series != series || e.record.collective != collective {
+                continue;
+            }
+            let r = &e.record;
+            match best.get(&r.bytes) {
+                Some(old) if old.median_us <= r.median_us => {}
+                _ => {
+                    best.insert(r.bytes, r);
+                }
+            }
+        }
+        best.into_values().collect()
+    }
+
+    /// Every record of one collective, ordered by series then size (for tables).
+    pub fn records_of(&self, collective: Collective) -> Vec<&Entry> {
+        let mut v: Vec<&Entry> = self
+            .entries
+            .iter()
+            .filter(|e| e.record.collective == collective)
+            .collect();
+        v.sort_by_key(|e| (e.series, e.record.bytes));
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::FORMAT;
+
+    fn rec(label: &str, world: usize, bytes: u64, median: f64) -> Record {
+        Record {
+            label: label.into(),
+            backend: "reference".into(),
+            algo: "auto".into(),
+            peer: label.starts_with("torch"),
+            collective: Collective::AllReduce,
+            world,
+            bytes,
+            count: bytes / 4,
+            dtype: "f32".into(),
+            op: "sum".into(),
+            root: -1,
+            in_place: false,
+            iters: 10,
+            min_us: median * 0.9,
+            median_us: median,
+            mean_us: None,
+            p99_us: None,
+            max_us: median * 1.2,
+            algbw_gbps: None,
+            busbw_gbps: None,
+            wrong: 0,
+        }
+    }
+
+    fn file(records: Vec<Record>) -> ResultsFile {
+        ResultsFile {
+            format: FORMAT.into(),
+            manifest: serde_json::Value::Null,
+            records,
+        }
+    }
+
+    #[test]
+    fn labels_in_several_files_are_qualified_by_stem_or_parent() {
+        let ds = Dataset::from_files(vec![
+            (
+                "results/a/bench.json".into(),
+                file(vec![rec("gloo", 2, 8, 1.0), rec("only-a", 2, 8, 1.0)]),
+            ),
+            (
+                "results/b/bench.json".into(),
+                file(vec![rec("gloo", 2, 8, 2.0), rec("torch-gloo", 2, 8, 3.0)]),
+            ),
+        ])
+        .unwrap();
+        let names: Vec<&str> = ds.series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["gloo (a/bench)", "only-a", "gloo (b/bench)", "torch-gloo"]
+        );
+        assert!(ds.series[3].peer && !ds.series[0].peer);
+
+        let ds = Dataset::from_files(vec![
+            ("x/one.json".into(), file(vec![rec("gloo", 2, 8, 1.0)])),
+            ("x/two.json".into(), file(vec![rec("gloo", 2, 8, 1.0)])),
+        ])
+        .unwrap();
+        assert_eq!(ds.series[0].name, "gloo (one)");
+        assert_eq!(ds.series[1].name, "gloo (two)");
+    }
+
+    #[test]
+    fn several_world_sizes_split_a_label() {
+        let ds = Dataset::from_files(vec![(
+            "r.json".into(),
+            file(vec![rec("mpi", 2, 8, 1.0), rec("mpi", 4, 8, 2.0)]),
+        )])
+        .unwrap();
+        let names: Vec<&str> = ds.series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["mpi n=2", "mpi n=4"]);
+        assert_eq!(ds.series[1].world, 4);
+    }
+
+    #[test]
+    fn duplicate_sizes_keep_the_fastest_for_lines() {
+        let ds = Dataset::from_files(vec![(
+            "r.json".into(),
+            file(vec![
+                rec("mpi", 2, 64, 5.0),
+                rec("mpi", 2, 8, 1.0),
+                rec("mpi", 2, 64, 3.0),
+            ]),
+        )])
+        .unwrap();
+        let pts = ds.points(0, Collective::AllReduce);
+        let got: Vec<(u64, f64)> = pts.iter().map(|r| (r.bytes, r.median_us)).collect();
+        assert_eq!(got, [(8, 1.0), (64, 3.0)]);
+        assert_eq!(ds.records_of(Collective::AllReduce).len(), 3);
+    }
+
+    #[test]
+    fn empty_inputs_are_an_error() {
+        assert!(matches!(
+            Dataset::from_files(vec![]),
+            Err(Error::NoRecords(_))
+        ));
+        let err = Dataset::from_files(vec![("e.json".into(), file(vec![]))]).unwrap_err();
+        assert!(err.to_string().contains("e.json"), "{err}");
+    }
+}

@@ -1,0 +1,600 @@
+//! The self-contained `index.html`: inline CSS, inline SVG charts, links to
+//! the PNG/SVG files beside it, no scripts and no network fetches. Every
+//! string that came from an input file goes through [`escape_html`].
+
+use crate::charts::Chart;
+use crate::dataset::Dataset;
+use crate::fit::{Fit, Pinned, SeriesFit};
+use crate::predict::{AllReduceAlgorithm, LinkModel, LinkSource, ScaleRow};
+use crate::summary::Summary;
+use crate::units::{fmt_bytes, fmt_us, sig3};
+
+/// Everything the page shows.
+#[derive(Debug, Clone, Copy)]
+pub struct Page<'a> {
+    /// The merged inputs.
+    pub dataset: &'a Dataset,
+    /// α–β fits per series and collective.
+    pub fits: &'a [SeriesFit],
+    /// The one-screen summary.
+    pub summary: &'a Summary,
+    /// Rendered charts (inlined as SVG; PNG/SVG files are linked by stem).
+    pub charts: &'a [Chart],
+    /// Per-message link costs behind the scale predictions.
+    pub links: &'a [LinkModel],
+    /// Scale predictions.
+    pub scale: &'a [ScaleRow],
+}
+
+/// Escape text for HTML element content and quoted attribute values.
+pub fn escape_html(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+const STYLE: &str = r#"
+:root { color-scheme: light; --fg: #1d1d1f; --muted: #5f6368; --line: #d9dce1; --accent: #1f77b4; }
+* { box-sizing: border-box; }
+body { margin: 0 auto; max-width: 1100px; padding: 0 1rem 3rem; font: 16px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; color: var(--fg); background: #fff; }
+header { border-bottom: 2px solid var(--line); margin-bottom: 1rem; }
+h1 { font-size: 1.6rem; margin: 1rem 0 .25rem; }
+h2 { font-size: 1.3rem; margin-top: 2.2rem; border-bottom: 1px solid var(--line); }
+h3 { font-size: 1.1rem; margin-top: 1.6rem; }
+nav a { margin-right: .9rem; white-space: nowrap; }
+a { color: var(--accent); }
+p.note, figcaption, .muted { color: var(--muted); font-size: .92rem; }
+.scroll { overflow-x: auto; -webkit-overflow-scrolling: touch; margin: .5rem 0 1rem; border: 1px solid var(--line); border-radius: 4px; }
+table { border-collapse: collapse; width: 100%; font-size: .9rem; font-variant-numeric: tabular-nums; }
+th, td { padding: .3rem .6rem; border-bottom: 1px solid var(--line); text-align: right; white-space: nowrap; }
+th { background: #f4f5f7; position: sticky; top: 0; }
+td.text, th.text { text-align: left; }
+td:first-child { position: sticky; left: 0; background: #fff; }
+td.win { font-weight: 700; color: #0b6b0b; }
+td.bad { color: #b00020; font-weight: 700; }
+figure.chart { margin: 1rem 0 1.6rem; }
+figure.chart svg, figure.chart img { display: block; max-width: 100%; height: auto; border: 1px solid var(--line); border-radius: 4px; }
+code { font-size: .9em; background: #f4f5f7; padding: 0 .2em; border-radius: 3px; word-break: break-all; }
+@media (max-width: 600px) { body { font-size: 15px; padding: 0 .6rem 2rem; } th, td { padding: .25rem .4rem; } }
+"#;
+
+/// A text column (left aligned); other columns hold numbers (right aligned).
+const T: bool = true;
+/// A number column.
+const N: bool = false;
+
+fn table(head: &[(&str, bool)], rows: &[String]) -> String {
+    let mut s = String::from("<div class=\"scroll\"><table><thead><tr>");
+    for (h, text) in head {
+        let class = if *text { " class=\"text\"" } else { "" };
+        s.push_str(&format!("<th{class}>{h}</th>"));
+    }
+    s.push_str("</tr></thead><tbody>\n");
+    for r in rows {
+        s.push_str(&format!("<tr>{r}</tr>\n"));
+    }
+    s.push_str("</tbody></table></div>\n");
+    s
+}
+
+fn td(text: &str) -> String {
+    format!("<td>{}</td>", escape_html(text))
+}
+
+fn td_text(text: &str) -> String {
+    format!("<td class=\"text\">{}</td>", escape_html(text))
+}
+
+fn fit_cells(fit: &Fit) -> String {
+    match fit {
+        Fit::Fitted(m) => {
+            let note = match m.pinned {
+                None => String::new(),
+                Some(Pinned::Alpha) => "α pinned at 0 (fit wanted α < 0)".into(),
+                Some(Pinned::Beta) => "β pinned at 0 (times do not grow with size)".into(),
+            };
+            [
+                td(&fmt_us(m.alpha_us)),
+                td(&m.bandwidth_gbps().map_or("∞".into(), sig3)),
+                td(&m.crossover_bytes().map_or("never".into(), fmt_bytes)),
+                td(&format!("{:.4}", m.r_squared)),
+                td(&format!("{}/{}", m.sizes, m.points)),
+                td_text(&note),
+            ]
+            .concat()
+        }
+        Fit::TooFewSizes { sizes } => format!(
+            "<td colspan=\"5\">—</td>{}",
+            td_text(&format!("no fit: {sizes} distinct size(s), need 2"))
+        ),
+    }
+}
+
+fn summary_section(p: &Page<'_>) -> String {
+    let mut s = String::from("<section id=\"summary\"><h2>Summary</h2>\n");
+    s.push_str(&format!(
+        "<p>{} record(s) in {} series from {} file(s). Times are per call after combining ranks \
+         (see <code>combine</code> in the manifest), median over iterations.</p>\n",
+        p.summary.records, p.summary.series, p.summary.files
+    ));
+    s.push_str("<h3>Fastest series by median time</h3>\n");
+    let rows: Vec<String> = p
+        .summary
+        .best
+        .iter()
+        .map(|b| {
+            let runner = match &b.runner_up {
+                Some((name, r)) => format!("{name} ({}× slower)", sig3(*r)),
+                None => "—".into(),
+            };
+            [
+                td_text(b.collective.name()),
+                td_text(b.range.label()),
+                format!("<td class=\"text win\">{}</td>", escape_html(&b.series)),
+                td(&format!("{}/{}", b.wins, b.sizes)),
+                td_text(&runner),
+            ]
+            .concat()
+        })
+        .collect();
+    s.push_str(&table(
+        &[
+            ("collective", T),
+            ("sizes", T),
+            ("fastest", T),
+            ("fastest at", N),
+            ("runner-up", T),
+        ],
+        &rows,
+    ));
+    s.push_str("<h3>Fitted costs</h3>\n");
+    let rows: Vec<String> = p
+        .fits
+        .iter()
+        .map(|f| {
+            let (alpha, bw) = match f.fit.model() {
+                Some(m) => (
+                    fmt_us(m.alpha_us),
+                    m.bandwidth_gbps().map_or("∞".into(), sig3),
+                ),
+                None => ("no fit".into(), "—".into()),
+            };
+            [
+                td_text(&f.name),
+                td_text(f.collective.name()),
+                td(&alpha),
+                td(&bw),
+            ]
+            .concat()
+        })
+        .collect();
+    s.push_str(&table(
+        &[
+            ("series", T),
+            ("collective", T),
+            ("α", N),
+            ("1/β (GB/s)", N),
+        ],
+        &rows,
+    ));
+    s.push_str("</section>\n");
+    s
+}
+
+fn inline_svg(chart: &Chart) -> String {
+    let label = format!("role=\"img\" aria-label=\"{}\" ", escape_html(&chart.title));
+    match chart.svg.find("<svg ") {
+        Some(i) => format!("{}<svg {label}{}", &chart.svg[..i], &chart.svg[i + 5..]),
+        None => chart.svg.clone(),
+    }
+}
+
+fn charts_section(p: &Page<'_>) -> String {
+    let mut s = String::from("<section id=\"charts\"><h2>Charts</h2>\n");
+    s.push_str(
+        "<p class=\"note\">Solid lines: our measurements; long dashes: peer (torch) \
+         measurements; thin short dashes: the fitted α–β model. Each chart is also next to \
+         this page as PNG and SVG.</p>\n",
+    );
+    if p.charts.is_empty() {
+        s.push_str("<p>No chart: no collective has a positive size and time.</p>\n");
+    }
+    let mut current = None;
+    for c in p.charts {
+        if current != Some(c.collective) {
+            s.push_str(&format!("<h3>{}</h3>\n", c.collective.name()));
+            current = Some(c.collective);
+        }
+        // Stems are built from fixed names (`[a-z_-]`), safe in ids and URLs.
+        s.push_str(&format!(
+            "<figure class=\"chart\" id=\"chart-{stem}\">\n<a href=\"{stem}.png\" title=\"full-size PNG\">{svg}</a>\n<figcaption>{title} — \
+             <a href=\"{stem}.png\">PNG</a> · <a href=\"{stem}.svg\">SVG</a></figcaption></figure>\n",
+            stem = c.stem,
+            svg = inline_svg(c),
+            title = escape_html(&c.title)
+        ));
+    }
+    s.push_str("</section>\n");
+    s
+}
+
+fn model_section(p: &Page<'_>) -> String {
+    let mut s = String::from("<section id=\"model\"><h2>α–β model</h2>\n");
+    s.push_str(
+        "<p>Per series and collective, a least-squares fit of <code>t(S) = α + β·S·f</code> to \
+         the median times, with <code>f</code> the collective's bus factor (all_reduce \
+         2(n−1)/n, all_gather (n−1)/n, broadcast 1, …; 1 where it would be 0), so 1/β is \
+         comparable with busbw. Weighted by 1/t² (relative error), so the small sizes set α \
+         and the large ones set β. Crossover: the size where β·S·f = α — below it latency \
+         dominates, above it bandwidth. R² is on the same relative scale.</p>\n",
+    );
+    let rows: Vec<String> = p
+        .fits
+        .iter()
+        .map(|f| {
+            format!(
+                "{}{}{}{}",
+                td_text(&f.name),
+                td_text(f.collective.name()),
+                td(&f.world.to_string()),
+                fit_cells(&f.fit)
+            )
+        })
+        .collect();
+    s.push_str(&table(
+        &[
+            ("series", T),
+            ("collective", T),
+            ("ranks", N),
+            ("α", N),
+            ("1/β (GB/s)", N),
+            ("crossover S", N),
+            ("R²", N),
+            ("sizes/points", N),
+            ("note", T),
+        ],
+        &rows,
+    ));
+    s.push_str("</section>\n");
+    s
+}
+
+fn scale_section(p: &Page<'_>) -> String {
+    let mut s = String::from("<section id=\"scale\"><h2>Scale predictions: all_reduce</h2>\n");
+    s.push_str(
+        "<p>What each series' link costs imply on more ranks, for three algorithms: ring \
+         <code>2(p−1)·α + 2(p−1)/p·S·β</code>, recursive halving-doubling \
+         <code>2·log2(p)·α + 2(p−1)/p·S·β</code> and binomial-tree reduce + broadcast \
+         <code>2·log2(p)·(α + S·β)</code>. α here is the cost of one message: from the \
+         send_recv fit when there is one, otherwise the all_reduce fit's α divided by the \
+         2(n−1) steps of a ring on the n measured ranks. A model, not a measurement: \
+         contention, topology and congestion are not in it.</p>\n",
+    );
+    if p.links.is_empty() {
+        s.push_str("<p>No prediction: no series has a send_recv or all_reduce fit.</p>\n");
+        s.push_str("</section>\n");
+        return s;
+    }
+    let rows: Vec<String> = p
+        .links
+        .iter()
+        .map(|l| {
+            let source = match l.source {
+                LinkSource::SendRecv => "send_recv fit".to_string(),
+                LinkSource::AllReduce { world } => {
+                    format!(
+                        "all_reduce fit on {world} ranks, α / {}",
+                        2 * world.max(2) - 2
+                    )
+                }
+            };
+            let bw = if l.beta_us_per_byte > 0.0 {
+                sig3(1e-3 / l.beta_us_per_byte)
+            } else {
+                "∞".into()
+            };
+            [
+                td_text(&l.name),
+                td(&fmt_us(l.alpha_us)),
+                td(&bw),
+                td_text(&source),
+            ]
+            .concat()
+        })
+        .collect();
+    s.push_str(&table(
+        &[
+            ("series", T),
+            ("α per message", N),
+            ("1/β (GB/s)", N),
+            ("from", T),
+        ],
+        &rows,
+    ));
+    let rows: Vec<String> = p
+        .scale
+        .iter()
+        .map(|r| {
+            let mut cells = [
+                td_text(&r.name),
+                td(&fmt_bytes(r.bytes as f64)),
+                td(&r.ranks.to_string()),
+            ]
+            .concat();
+            for (a, t) in AllReduceAlgorithm::ALL.iter().zip(r.times_us) {
+                let class = if *a == r.winner { " class=\"win\"" } else { "" };
+                cells.push_str(&format!("<td{class}>{}</td>", escape_html(&fmt_us(t))));
+            }
+            cells.push_str(&td_text(r.winner.name()));
+            cells
+        })
+        .collect();
+    s.push_str(&table(
+        &[
+            ("series", T),
+            ("S", N),
+            ("ranks p", N),
+            ("ring", N),
+            ("halving-doubling", N),
+            ("binomial tree", N),
+            ("fastest", T),
+        ],
+        &rows,
+    ));
+    let mut wins: Vec<(AllReduceAlgorithm, usize)> =
+        AllReduceAlgorithm::ALL.iter().map(|a| (*a, 0)).collect();
+    for r in p.scale {
+        if let Some(w) = wins.iter_mut().find(|(a, _)| *a == r.winner) {
+            w.1 += 1;
+        }
+    }
+    let tally: Vec<String> = wins
+        .iter()
+        .map(|(a, n)| format!("{} {n}", a.name()))
+        .collect();
+    s.push_str(&format!(
+        "<p>Fastest in {} predictions: {}. In this contention-free model \
+         halving-doubling never loses on a power-of-two p (ring pays the same bandwidth \
+         with p−1 instead of log2 p latencies, the tree moves the whole message every \
+         step); rings win in practice on large messages because they only talk to \
+         neighbours and pipeline, which the model leaves out.</p>\n",
+        p.scale.len(),
+        tally.join(", ")
+    ));
+    s.push_str("</section>\n");
+    s
+}
+
+fn results_section(p: &Page<'_>) -> String {
+    let ds = p.dataset;
+    let mut s = String::from("<section id=\"results\"><h2>Results</h2>\n");
+    for c in ds.collectives() {
+        s.push_str(&format!("<h3>{}</h3>\n", c.name()));
+        let rows: Vec<String> = ds
+            .records_of(c)
+            .iter()
+            .map(|e| {
+                let r = &e.record;
+                let opt = |v: Option<f64>| v.map_or("—".into(), fmt_us);
+                let wrong = match r.wrong {
+                    w if w < 0 => td("not checked"),
+                    0 => td("0"),
+                    w => format!("<td class=\"bad\">{w}</td>"),
+                };
+                [
+                    td_text(&ds.series[e.series].name),
+                    td(&fmt_bytes(r.bytes as f64)),
+                    td(&r.count.to_string()),
+                    td_text(&r.dtype),
+                    td_text(&r.op),
+                    td(&r.root.to_string()),
+                    td(if r.in_place { "yes" } else { "no" }),
+                    td(&r.iters.to_string()),
+                    td(&fmt_us(r.min_us)),
+                    td(&fmt_us(r.median_us)),
+                    td(&opt(r.mean_us)),
+                    td(&opt(r.p99_us)),
+                    td(&fmt_us(r.max_us)),
+                    td(&sig3(r.algbw())),
+                    td(&sig3(r.busbw())),
+                    wrong,
+                ]
+                .concat()
+            })
+            .collect();
+        s.push_str(&table(
+            &[
+                ("series", T),
+                ("size", N),
+                ("count", N),
+                ("type", T),
+                ("op", T),
+                ("root", N),
+                ("in place", N),
+                ("iters", N),
+                ("min", N),
+                ("median", N),
+                ("mean", N),
+                ("p99", N),
+                ("max", N),
+                ("algbw GB/s", N),
+                ("busbw GB/s", N),
+                ("#wrong", N),
+            ],
+            &rows,
+        ));
+    }
+    s.push_str("</section>\n");
+    s
+}
+
+/// Flatten a manifest into `a.b.c = value` rows (arrays as JSON text).
+fn flatten(prefix: &str, v: &serde_json::Value, out: &mut Vec<(String, String)>) {
+    match v {
+        serde_json::Value::Object(map) => {
+            if map.is_empty() && !prefix.is_empty() {
+                out.push((prefix.to_string(), "{}".into()));
+            }
+            for (k, v) in map {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&key, v, out);
+            }
+        }
+        serde_json::Value::Null => out.push((prefix.to_string(), "—".into())),
+        serde_json::Value::String(s) => out.push((prefix.to_string(), s.clone())),
+        other => out.push((prefix.to_string(), other.to_string())),
+    }
+}
+
+fn manifest_section(p: &Page<'_>) -> String {
+    let mut s = String::from("<section id=\"manifest\"><h2>Manifests</h2>\n");
+    for src in &p.dataset.sources {
+        s.push_str(&format!(
+            "<h3><code>{}</code></h3>\n<p class=\"muted\">{} record(s)</p>\n",
+            escape_html(&src.path.display().to_string()),
+            src.records
+        ));
+        let mut rows = Vec::new();
+        flatten("", &src.manifest, &mut rows);
+        if rows.is_empty() {
+            s.push_str("<p>No manifest.</p>\n");
+            continue;
+        }
+        let rows: Vec<String> = rows
+            .iter()
+            .map(|(k, v)| {
+                format!(
+                    "{}<td class=\"text\"><code>{}</code></td>",
+                    td_text(k),
+                    escape_html(v)
+                )
+            })
+            .collect();
+        s.push_str(&table(&[("key", T), ("value", T)], &rows));
+    }
+    s.push_str("</section>\n");
+    s
+}
+
+/// The whole page.
+pub fn render_html(p: &Page<'_>) -> String {
+    let files: Vec<String> = p
+        .dataset
+        .sources
+        .iter()
+        .map(|s| {
+            format!(
+                "<code>{}</code>",
+                escape_html(&s.path.display().to_string())
+            )
+        })
+        .collect();
+    let mut s =
+        String::from("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
+    s.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
+    s.push_str("<title>ringside report</title>\n<style>");
+    s.push_str(STYLE);
+    s.push_str("</style>\n</head>\n<body>\n<header>\n<h1>ringside report</h1>\n");
+    s.push_str(&format!(
+        "<p class=\"muted\">From {}</p>\n",
+        files.join(", ")
+    ));
+    s.push_str(
+        // Spaces between the links: they are the only places a narrow
+        // screen may wrap the bar.
+        "<nav><a href=\"#summary\">Summary</a> <a href=\"#charts\">Charts</a> \
+         <a href=\"#model\">α–β model</a> <a href=\"#scale\">Scale</a> \
+         <a href=\"#results\">Results</a> <a href=\"#manifest\">Manifests</a></nav>\n</header>\n<main>\n",
+    );
+    s.push_str(&summary_section(p));
+    s.push_str(&charts_section(p));
+    s.push_str(&model_section(p));
+    s.push_str(&scale_section(p));
+    s.push_str(&results_section(p));
+    s.push_str(&manifest_section(p));
+    s.push_str("</main>\n</body>\n</html>\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fit::fit_dataset;
+    use crate::results::{Collective, FORMAT, Record, ResultsFile};
+    use crate::summary::summarize;
+
+    #[test]
+    fn escapes_every_special_character() {
+        assert_eq!(
+            escape_html(r#"<a href="x">'&'</a>"#),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
+        );
+        assert_eq!(escape_html("plain µs"), "plain µs");
+    }
+
+    #[test]
+    fn input_strings_are_escaped_in_the_page() {
+        let evil = "<script>alert(1)</script>";
+        let rec = |bytes| Record {
+            label: evil.into(),
+            backend: "x".into(),
+            algo: String::new(),
+            peer: false,
+            collective: Collective::AllReduce,
+            world: 2,
+            bytes,
+            count: 1,
+            dtype: "<b>f32".into(),
+            op: "\"sum\"".into(),
+            root: -1,
+            in_place: false,
+            iters: 1,
+            min_us: 1.0,
+            median_us: 1.0 + bytes as f64 * 1e-3,
+            mean_us: None,
+            p99_us: None,
+            max_us: 2.0 + bytes as f64 * 1e-3,
+            algbw_gbps: None,
+            busbw_gbps: None,
+            wrong: 0,
+        };
+        let ds = crate::dataset::Dataset::from_files(vec![(
+            "dir/<img src=x>.json".into(),
+            ResultsFile {
+                format: FORMAT.into(),
+                manifest: serde_json::json!({"command": evil, "env": {"A&B": "<i>"}}),
+                records: vec![rec(8), rec(4096)],
+            },
+        )])
+        .unwrap();
+        let fits = fit_dataset(&ds);
+        let summary = summarize(&ds, &fits);
+        let html = render_html(&Page {
+            dataset: &ds,
+            fits: &fits,
+            summary: &summary,
+            charts: &[],
+            links: &[],
+            scale: &[],
+        });
+        assert!(!html.contains("<script"), "unescaped script tag");
+        assert!(!html.contains("<img"), "unescaped file name");
+        assert!(!html.contains("<b>f32") && !html.contains("<i>"));
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        assert!(html.contains("env.A&amp;B"));
+        assert!(html.contains("name=\"viewport\""));
+    }
+}
