@@ -1,6 +1,20 @@
-//! Training code built on `tch` (libtorch): the devices to run on, and soon data,
-//! models, samplers and the data-parallel trainers that drive the collectives.
+//! Training code built on `tch` (libtorch): the devices to run on, data, models and
+//! samplers, and (soon) the data-parallel trainers that drive the collectives.
+//!
+//! * [`data`]: Fashion-MNIST (any MNIST-format IDX set) as normalised tensors, and a
+//!   small synthetic set for fast tests;
+//! * [`sampler`]: PyTorch's `DistributedSampler`, index for index (shuffles included),
+//!   plus an exact mode for evaluation;
+//! * [`models`]: MLP, CNN and ResNet as named layers that split into stages at any
+//!   layer, with the same parameter names whole or split.
 #![deny(missing_docs)]
+
+pub mod data;
+mod error;
+pub mod models;
+pub mod sampler;
+
+pub use error::{Error, Result};
 
 use tch::{Cuda, Device};
 

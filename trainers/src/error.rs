@@ -1,0 +1,76 @@
+//! The one error type of this crate.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in `trainers`: reading data sets, sampling, building
+/// and splitting models, and the libtorch calls underneath.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A data file could not be opened or read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// Neither the gzip nor the plain form of a data file exists.
+    #[error(
+        "no {name}(.gz) in {}: install the Debian package dataset-fashion-mnist, \
+         or pass --data DIR naming a folder with MNIST-format (IDX) files",
+        dir.display()
+    )]
+    NotFound {
+        /// The folder searched.
+        dir: PathBuf,
+        /// The file name looked for, without `.gz`.
+        name: String,
+    },
+    /// A `.gz` file is not a valid gzip stream (bad header, corrupt or cut short).
+    #[error("{}: not a valid gzip stream: {source}", path.display())]
+    Gzip {
+        /// The file.
+        path: PathBuf,
+        /// What the decompressor said.
+        source: std::io::Error,
+    },
+    /// An IDX file's content is wrong: bad magic number, wrong dimensions, too short,
+    /// extra bytes, or a label out of range.
+    #[error("{}: {what}", path.display())]
+    Idx {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        what: String,
+    },
+    /// The image and label files of one split disagree on the number of examples.
+    #[error(
+        "{} holds {images} images but {} holds {labels} labels",
+        images_path.display(),
+        labels_path.display()
+    )]
+    CountMismatch {
+        /// The image file.
+        images_path: PathBuf,
+        /// How many images it holds.
+        images: usize,
+        /// The label file.
+        labels_path: PathBuf,
+        /// How many labels it holds.
+        labels: usize,
+    },
+    /// An argument is out of range (a rank not below the world size, an index past the
+    /// end of a data set, an empty split list...).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A model could not be built or split as asked (unknown or misordered split names).
+    #[error("model: {0}")]
+    Model(String),
+    /// libtorch reported an error.
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
