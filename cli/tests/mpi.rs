@@ -7,8 +7,7 @@
 
 mod common;
 
-use std::net::TcpListener;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -16,35 +15,9 @@ use std::time::Duration;
 /// down badly, so the tests here take turns.
 static ONE_JOB_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// A port nobody is listening on, for ringside's rendezvous store (rank 0
-/// binds `MASTER_PORT`, 29500 by default, which other jobs may hold).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `ringside` with a clean launcher environment (no inherited RANK & co.).
 fn ringside(cmd: &mut Command) -> &mut Command {
-    for var in [
-        "RANK",
-        "WORLD_SIZE",
-        "LOCAL_RANK",
-        "LOCAL_WORLD_SIZE",
-        "RINGSIDE_JOB_TOKEN",
-        "SLURM_STEP_ID",
-        "SLURM_STEPID",
-        "PMI_RANK",
-        "PMI_SIZE",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.env("MASTER_PORT", free_port().to_string())
-        .env("RUST_BACKTRACE", "0")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+    common::clean_launch_env(cmd)
 }
 
 fn run(cmd: &mut Command, limit: Duration) -> (Output, String, String) {

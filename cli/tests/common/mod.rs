@@ -2,7 +2,8 @@
 //! crate and uses a subset, hence the allow).
 #![allow(dead_code)]
 
-use std::process::{Child, Output};
+use std::net::TcpListener;
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// Waits for `child`, killing it and failing the test if it takes longer than `limit`.
@@ -34,4 +35,36 @@ pub fn alive(pid: u32) -> bool {
             !matches!(state, Some('Z') | Some('X'))
         }
     }
+}
+
+/// A port nobody is listening on, for ringside's rendezvous store (rank 0
+/// binds `MASTER_PORT`, 29500 by default, which other jobs may hold).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `cmd` with a clean launcher environment (no inherited RANK & co.), a free
+/// store port, and piped output.
+pub fn clean_launch_env(cmd: &mut Command) -> &mut Command {
+    for var in [
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "RINGSIDE_JOB_TOKEN",
+        "SLURM_STEP_ID",
+        "SLURM_STEPID",
+        "PMI_RANK",
+        "PMI_SIZE",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("MASTER_PORT", free_port().to_string())
+        .env("RUST_BACKTRACE", "0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
 }

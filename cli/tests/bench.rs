@@ -1,0 +1,224 @@
+//! `ringside bench`, `ringside report` and the tour as a user runs them: real
+//! processes, every backend this machine has, the nccl-tests table, results
+//! files with a manifest, the torch peer, and the report.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::Value;
+
+const RINGSIDE: &str = env!("CARGO_BIN_EXE_ringside");
+
+/// Jobs at once only slow each other down on a small machine.
+static ONE_JOB_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn run(cmd: &mut Command, limit: Duration) -> (Output, String, String) {
+    let _turn = ONE_JOB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let child = common::clean_launch_env(cmd)
+        .spawn()
+        .unwrap_or_else(|e| panic!("could not start {cmd:?}: {e}"));
+    let (out, _) = common::finish(child, limit);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out, stdout, stderr)
+}
+
+fn load(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// Rows of the table: lines that start with a size.
+fn rows(stdout: &str) -> Vec<Vec<String>> {
+    stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
+
+#[test]
+fn every_collective_on_every_local_backend_with_results_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let (out, stdout, stderr) = run(
+        Command::new(RINGSIDE)
+            .args([
+                "bench",
+                "--nproc",
+                "3",
+                "--backend",
+                "reference-shm,reference-tcp,gloo,mpi",
+                "--collective",
+                "all",
+                "-b",
+                "8",
+                "-e",
+                "4K",
+                "-f",
+                "8",
+                "-n",
+                "3",
+                "-w",
+                "1",
+                "--json",
+            ])
+            .arg(&json),
+        Duration::from_secs(180),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    // MPI needs an MPI launcher: listed, not run.
+    assert!(
+        stdout.contains("# mpi: not available here: needs an MPI launcher"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("# Out of bounds values : 0 OK"), "{stdout}");
+    // 5 + 2·6 columns per row; #wrong columns are 0.
+    let rows = rows(&stdout);
+    assert!(!rows.is_empty());
+    for r in &rows {
+        assert!(r.len() == 17 || r.len() == 11, "{r:?}");
+    }
+    let doc = load(&json);
+    assert_eq!(doc["format"], "ringside-results/1");
+    let m = &doc["manifest"];
+    assert_eq!(m["world"], 3);
+    for k in ["git_sha", "rustc"] {
+        assert!(
+            m["ringside"][k].as_str().is_some_and(|s| !s.is_empty()),
+            "{m}"
+        );
+    }
+    assert!(m["libraries"]["gloo"].is_string(), "{m}");
+    assert!(m["host"]["cores"].as_u64().unwrap() >= 1);
+    let records = doc["records"].as_array().unwrap();
+    for label in ["reference-shm", "reference-tcp", "gloo"] {
+        for c in [
+            "all_reduce",
+            "broadcast",
+            "reduce",
+            "all_gather",
+            "reduce_scatter",
+            "all_to_all",
+            "gather",
+            "scatter",
+            "sendrecv",
+        ] {
+            assert!(
+                records
+                    .iter()
+                    .any(|r| r["label"] == label && r["collective"] == c),
+                "no {label} {c} record"
+            );
+        }
+    }
+    for r in records {
+        assert_eq!(r["wrong"], 0, "{r}");
+        let (alg, bus) = (
+            r["algbw_gbps"].as_f64().unwrap(),
+            r["busbw_gbps"].as_f64().unwrap(),
+        );
+        let factor = match r["collective"].as_str().unwrap() {
+            "all_reduce" => 2.0 * 2.0 / 3.0,
+            "broadcast" | "reduce" | "sendrecv" => 1.0,
+            _ => 2.0 / 3.0,
+        };
+        assert!((bus - alg * factor).abs() <= 1e-9 * alg.max(1.0), "{r}");
+    }
+}
+
+#[test]
+fn mpi_and_gloo_under_mpirun() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let mut cmd = Command::new("mpirun");
+    cmd.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-np",
+        "2",
+        "-x",
+        "MASTER_PORT",
+    ])
+    .arg(RINGSIDE)
+    .args([
+        "bench",
+        "--backend",
+        "mpi,gloo",
+        "--collective",
+        "all_reduce,all_to_all",
+        "-b",
+        "4",
+        "-e",
+        "64K",
+        "-f",
+        "16",
+        "-n",
+        "3",
+        "-I",
+        "--json",
+    ])
+    .arg(&json)
+    .env("OMPI_MCA_btl", "self,vader");
+    let (out, stdout, stderr) = run(&mut cmd, Duration::from_secs(180));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    // -I adds mean and p99: 5 + 2·8 columns.
+    assert!(rows(&stdout).iter().all(|r| r.len() == 21), "{stdout}");
+    let doc = load(&json);
+    let records = doc["records"].as_array().unwrap();
+    assert!(records.iter().any(|r| r["label"] == "mpi"), "{doc}");
+    assert!(records.iter().any(|r| r["label"] == "gloo"), "{doc}");
+}
+
+#[test]
+fn bad_flags_are_clear_errors() {
+    for (args, want) in [
+        (&["bench", "--backend", "nope"][..], "unknown backend"),
+        (
+            &["bench", "--collective", "barrier"][..],
+            "unknown collective",
+        ),
+        (&["bench", "-d", "complex"][..], "unknown datatype"),
+        (&["bench", "--peer", "jax"][..], "unknown --peer"),
+    ] {
+        let (out, stdout, stderr) = run(Command::new(RINGSIDE).args(args), Duration::from_secs(30));
+        assert!(!out.status.success(), "{args:?}: {stdout}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+    }
+}
+
+/// The main job's steps: sweep on every lane, the torch peer, the report.
+#[test]
+fn tour_writes_results_and_a_report_with_the_torch_peer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, stdout, stderr) = run(
+        Command::new(RINGSIDE)
+            .args(["tour", "--max-bytes", "16K", "-n", "3", "--out"])
+            .arg(dir.path()),
+        Duration::from_secs(240),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("sizes measured (torch-gloo)"),
+        "{stdout}\n{stderr}"
+    );
+    let doc = load(&dir.path().join("bench.json"));
+    let records = doc["records"].as_array().unwrap();
+    for label in ["reference-shm", "reference-tcp", "gloo", "torch-gloo"] {
+        assert!(
+            records.iter().any(|r| r["label"] == label),
+            "no {label}: {doc}"
+        );
+    }
+    let index = dir.path().join("report/index.html");
+    let html = std::fs::read_to_string(&index).unwrap();
+    assert!(
+        html.contains("torch-gloo") && html.contains("<svg"),
+        "{}",
+        index.display()
+    );
+    assert!(stdout.contains("α–β fit"), "{stdout}");
+}
