@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use collectives::bench::Measurement;
-use collectives::{DType, ReduceOp};
+use collectives::{Collective, DType, ReduceOp};
 use serde_json::{Value, json};
 
 /// The short dtype names results files use.
@@ -21,6 +21,15 @@ pub fn dtype_key(d: DType) -> &'static str {
     }
 }
 
+/// The collective names results files use (`send_recv` where tables and
+/// errors say nccl-tests' `sendrecv`).
+pub fn collective_key(c: Collective) -> &'static str {
+    match c {
+        Collective::SendRecv => "send_recv",
+        c => c.name(),
+    }
+}
+
 /// A results-file record (format: `ringside-results/1`).
 pub fn record(label: &str, backend: &str, algo: &str, m: &Measurement) -> Value {
     json!({
@@ -28,7 +37,7 @@ pub fn record(label: &str, backend: &str, algo: &str, m: &Measurement) -> Value 
         "backend": backend,
         "algo": algo,
         "peer": false,
-        "collective": m.collective.name(),
+        "collective": collective_key(m.collective),
         "world": m.world,
         "bytes": m.bytes,
         "count": m.count,

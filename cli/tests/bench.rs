@@ -105,7 +105,7 @@ fn every_collective_on_every_local_backend_with_results_file() {
             "all_to_all",
             "gather",
             "scatter",
-            "sendrecv",
+            "send_recv",
         ] {
             assert!(
                 records
@@ -123,10 +123,25 @@ fn every_collective_on_every_local_backend_with_results_file() {
         );
         let factor = match r["collective"].as_str().unwrap() {
             "all_reduce" => 2.0 * 2.0 / 3.0,
-            "broadcast" | "reduce" | "sendrecv" => 1.0,
+            "broadcast" | "reduce" | "send_recv" => 1.0,
             _ => 2.0 / 3.0,
         };
         assert!((bus - alg * factor).abs() <= 1e-9 * alg.max(1.0), "{r}");
+    }
+    // Every collective's records make it into the report.
+    let out_dir = dir.path().join("report");
+    let (out, stdout, stderr) = run(
+        Command::new(RINGSIDE)
+            .arg("report")
+            .arg(&json)
+            .arg("-o")
+            .arg(&out_dir),
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let html = std::fs::read_to_string(out_dir.join("index.html")).unwrap();
+    for c in ["all_to_all", "send_recv", "reduce_scatter"] {
+        assert!(html.contains(c), "{c} missing from the report");
     }
 }
 

@@ -69,22 +69,26 @@ impl Collective {
 
     /// nccl-tests' bus-bandwidth factor for `world` ranks (PERFORMANCE.md):
     /// how many times each byte of S crosses the slowest link in an optimal
-    /// algorithm. Zero for a barrier (no payload) and for a single rank.
+    /// algorithm — the harness's own [`collectives::bench::busbw_factor`], so
+    /// reports and tables cannot disagree. Zero for a barrier (no payload)
+    /// and for no ranks.
     pub fn bus_factor(self, world: usize) -> f64 {
-        let n = world as f64;
         if world == 0 {
             return 0.0;
         }
-        match self {
-            Collective::AllReduce => 2.0 * (n - 1.0) / n,
-            Collective::ReduceScatter
-            | Collective::AllGather
-            | Collective::AllToAll
-            | Collective::Gather
-            | Collective::Scatter => (n - 1.0) / n,
-            Collective::Broadcast | Collective::Reduce | Collective::SendRecv => 1.0,
-            Collective::Barrier => 0.0,
-        }
+        let c = match self {
+            Collective::AllReduce => collectives::Collective::AllReduce,
+            Collective::Broadcast => collectives::Collective::Broadcast,
+            Collective::Reduce => collectives::Collective::Reduce,
+            Collective::AllGather => collectives::Collective::AllGather,
+            Collective::ReduceScatter => collectives::Collective::ReduceScatter,
+            Collective::AllToAll => collectives::Collective::AllToAll,
+            Collective::Gather => collectives::Collective::Gather,
+            Collective::Scatter => collectives::Collective::Scatter,
+            Collective::SendRecv => collectives::Collective::SendRecv,
+            Collective::Barrier => return 0.0,
+        };
+        collectives::bench::busbw_factor(c, world)
     }
 
     /// The factor f used in the α–β model t = α + β·S·f: the bus factor, or 1
