@@ -70,10 +70,20 @@ fn main() -> Result<()> {
         check: false,
         combine: Combine::Max,
     };
-    println!("harness time per iteration with a collective that does nothing ({} iterations):", settings.iters);
-    println!("{:>16} {:>9} {:>10} {:>10} {:>10} {:>10}", "collective", "form", "min ns", "median ns", "p99 ns", "mean ns");
+    println!(
+        "harness time per iteration with a collective that does nothing ({} iterations):",
+        settings.iters
+    );
+    println!(
+        "{:>16} {:>9} {:>10} {:>10} {:>10} {:>10}",
+        "collective", "form", "min ns", "median ns", "p99 ns", "mean ns"
+    );
     let mut worst: f64 = 0.0;
-    for collective in [Collective::AllReduce, Collective::AllGather, Collective::Broadcast] {
+    for collective in [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::Broadcast,
+    ] {
         for in_place in [false, true] {
             let case = Case {
                 collective,

@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 
 use half::{bf16, f16};
 
+use crate::aligned::Aligned;
 use crate::element::{DType, Element, ReduceOp, finish_avg, reduce_into};
 use crate::error::Result;
 use crate::{Buffer, BufferMut, Collective, Communicator, Input};
@@ -142,26 +143,6 @@ fn fill(dtype: DType, len: usize, f: impl Fn(usize) -> i64) -> Vec<u8> {
         DType::I32 => fill_typed::<i32>(len, f),
         DType::I64 => fill_typed::<i64>(len, f),
         DType::U8 => fill_typed::<u8>(len, f),
-    }
-}
-
-/// An 8-byte aligned byte buffer, so views of any dtype are aligned.
-struct Aligned(Vec<u64>, usize);
-
-impl Aligned {
-    fn from(bytes: &[u8]) -> Self {
-        let mut v = vec![0u64; bytes.len().div_ceil(8)];
-        bytemuck::cast_slice_mut::<u64, u8>(&mut v)[..bytes.len()].copy_from_slice(bytes);
-        Aligned(v, bytes.len())
-    }
-    fn zeros(len: usize) -> Self {
-        Aligned(vec![0u64; len.div_ceil(8)], len)
-    }
-    fn bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice(&self.0)[..self.1]
-    }
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut bytemuck::cast_slice_mut(&mut self.0)[..self.1]
     }
 }
 
@@ -306,7 +287,7 @@ fn output_like(c: &Case, input: &Aligned) -> Aligned {
     if c.in_place {
         Aligned::from(input.bytes())
     } else {
-        Aligned::zeros(input.1)
+        Aligned::zeros(input.len())
     }
 }
 

@@ -26,6 +26,7 @@
 #![deny(missing_docs)]
 
 pub mod algorithms;
+mod aligned;
 pub mod backends;
 pub mod bench;
 pub mod buffer;

@@ -18,6 +18,7 @@ use std::time::Instant;
 
 pub use shape::Shape;
 
+use crate::aligned::Aligned;
 use crate::conformance;
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
@@ -181,21 +182,6 @@ pub fn busbw_factor(collective: Collective, n: usize) -> f64 {
         Collective::Broadcast | Collective::Reduce | Collective::SendRecv | Collective::Barrier => {
             1.0
         }
-    }
-}
-
-/// An 8-byte aligned zeroed byte buffer, so views of every dtype are aligned.
-struct Aligned(Vec<u64>, usize);
-
-impl Aligned {
-    fn zeros(len: usize) -> Self {
-        Aligned(vec![0u64; len.div_ceil(8)], len)
-    }
-    fn bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice(&self.0)[..self.1]
-    }
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut bytemuck::cast_slice_mut(&mut self.0)[..self.1]
     }
 }
 
