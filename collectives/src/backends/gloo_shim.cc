@@ -1,6 +1,8 @@
 // The C++ half of the Gloo backend (see gloo.rs for what is supported and why).
 #include "collectives/src/backends/gloo_shim.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstring>
 #include <exception>
@@ -233,9 +235,30 @@ Comm::Comm(std::shared_ptr<gloo::Context> ctx, std::shared_ptr<gloo::Context> cl
 
 Comm::~Comm() = default;
 
+// libtorch_cpu.so bundles its own Gloo with exported symbols. In a process that
+// loaded libtorch before libgloo (a binary linking tch and this crate), the
+// dynamic linker binds this shim's gloo:: calls to torch's build, compiled
+// against other headers, and the first call crashes. Find out which library
+// serves gloo:: here and refuse, with the fix, instead of crashing.
+void check_gloo_is_debians() {
+  Dl_info info{};
+  auto fn = &gloo::transport::tcp::CreateDevice;
+  if (dladdr(reinterpret_cast<void*>(fn), &info) != 0 && info.dli_fname != nullptr) {
+    std::string file(info.dli_fname);
+    if (file.find("libgloo") == std::string::npos) {
+      throw std::runtime_error(
+          "gloo:: symbols resolve to " + file +
+          " (a bundled Gloo, e.g. libtorch's), not Debian's libgloo: the shim would crash. "
+          "Load libgloo first: LD_PRELOAD=/usr/lib/libgloo.so.0 (ringside's training binaries "
+          "do this themselves)");
+    }
+  }
+}
+
 std::unique_ptr<Comm> connect(const Kv& kv, int32_t rank, int32_t size, rust::Str iface,
                               rust::Str hostname, int64_t timeout_ms, bool classic) {
   return guarded("gloo connect", [&] {
+    check_gloo_is_debians();
     gloo::transport::tcp::attr attr;
     if (iface.size() > 0) {
       attr.iface = std::string(iface);
