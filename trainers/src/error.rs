@@ -67,6 +67,31 @@ pub enum Error {
     /// A model could not be built or split as asked (unknown or misordered split names).
     #[error("model: {0}")]
     Model(String),
+    /// A worker of a parallel trainer (a replica or stage thread, a Hogwild process)
+    /// failed: it panicked, died, hung up or did not answer in time.
+    #[error("worker: {0}")]
+    Worker(String),
+    /// The operating system refused a call that has no file to name (shared memory,
+    /// sockets, processes): `what` says which call and why it was made.
+    #[error("{what}: {source}")]
+    Os {
+        /// What was being done.
+        what: String,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// A checkpoint file is unusable: not our format, corrupt (checksum), truncated,
+    /// or not matching the model (a tensor missing, extra, or of another shape/dtype).
+    #[error("checkpoint {}: {what}", path.display())]
+    Checkpoint {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, naming the tensor where one is at fault.
+        what: String,
+    },
+    /// A collective operation (all_reduce, broadcast, barrier...) failed.
+    #[error("collective: {0}")]
+    Collective(#[from] collectives::Error),
     /// libtorch reported an error.
     #[error("libtorch: {0}")]
     Torch(#[from] tch::TchError),

@@ -1,18 +1,40 @@
-//! Training code built on `tch` (libtorch): the devices to run on, data, models and
-//! samplers, and (soon) the data-parallel trainers that drive the collectives.
+//! Training code built on `tch` (libtorch): data, models, samplers, and every
+//! training mechanism the workshop teaches, each checked against its
+//! single-device counterpart.
 //!
 //! * [`data`]: Fashion-MNIST (any MNIST-format IDX set) as normalised tensors, and a
 //!   small synthetic set for fast tests;
 //! * [`sampler`]: PyTorch's `DistributedSampler`, index for index (shuffles included),
 //!   plus an exact mode for evaluation;
 //! * [`models`]: MLP, CNN and ResNet as named layers that split into stages at any
-//!   layer, with the same parameter names whole or split.
+//!   layer, with the same parameter names whole or split;
+//! * [`optim`], [`train`], [`metrics`], [`checkpoint`]: SGD with PyTorch's update rule,
+//!   loss/accuracy/exact evaluation, JSONL metrics, atomic verified safetensors
+//!   checkpoints that resume bit for bit;
+//! * [`ddp`] (with [`bucket`], [`comm`], [`timeline`]): DistributedDataParallel over any
+//!   `Communicator`, buckets all_reduced while backward runs, Chrome-trace timelines;
+//! * [`data_parallel`], [`pipeline`], [`hogwild`]: DataParallel over devices or CPU
+//!   replicas, GPipe micro-batched pipelines, lock-free shared-memory training in
+//!   several processes;
+//! * [`preload`]: Debian's Gloo ahead of libtorch's bundled copy in training binaries.
 #![deny(missing_docs)]
 
+pub mod bucket;
+pub mod checkpoint;
+pub mod comm;
 pub mod data;
+pub mod data_parallel;
+pub mod ddp;
 mod error;
+pub mod hogwild;
+pub mod metrics;
 pub mod models;
+pub mod optim;
+pub mod pipeline;
+pub mod preload;
 pub mod sampler;
+pub mod timeline;
+pub mod train;
 
 pub use error::{Error, Result};
 

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""ddp_torch.py: PyTorch DistributedDataParallel (gloo, CPU) on the same job as
+`ringside-train`, for a like-for-like throughput and accuracy comparison.
+
+Same model (the CNN of trainers/src/models.rs: Conv(1->32,3) ReLU MaxPool2
+Conv(32->64,3) ReLU MaxPool2 Flatten Linear(1600->128) ReLU Linear(128->10)),
+same initialisation (tch's defaults, see Cnn; --init torch for PyTorch's), same data (Debian's Fashion-MNIST IDX files, normalised with the same mean and
+std, held in memory as one tensor), same sampler (DistributedSampler, shuffled,
+seed, set_epoch), same batches (`batch` consecutive indices of the sampler,
+gathered with index_select), SGD lr 0.01*world momentum 0.9, one intra-op thread
+per rank, and the same timing rule as ringside-train: the sum over steps after
+the first `--warmup` of (fetch batch .. optimizer step), samples of all ranks.
+Test accuracy is over the whole test set, evaluated on rank 0.
+
+Run plainly it spawns `--nproc` ranks (torch.multiprocessing); under torchrun it
+joins (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Rank 0 prints one JSON line:
+
+    .ringside/venv/bin/python benches/ddp_torch.py --nproc 2 --steps 200
+"""
+
+import argparse
+import gzip
+import json
+import os
+import socket
+import struct
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data.distributed import DistributedSampler
+
+MEAN, STD = 0.2860, 0.3530  # trainers::data::{MEAN, STD}
+DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
+
+
+def read_idx(path):
+    opener = gzip.open if os.path.exists(path + ".gz") else open
+    name = path + ".gz" if os.path.exists(path + ".gz") else path
+    with opener(name, "rb") as f:
+        data = f.read()
+    magic = struct.unpack(">I", data[:4])[0]
+    ndim = magic & 0xFF
+    dims = struct.unpack(">" + "I" * ndim, data[4 : 4 + 4 * ndim])
+    return torch.frombuffer(bytearray(data[4 + 4 * ndim :]), dtype=torch.uint8).reshape(dims)
+
+
+def load(dir, split):
+    prefix = "train" if split == "train" else "t10k"
+    images = read_idx(os.path.join(dir, f"{prefix}-images-idx3-ubyte"))
+    labels = read_idx(os.path.join(dir, f"{prefix}-labels-idx1-ubyte"))
+    # The same scale-then-shift as trainers::data (bit-identical inputs).
+    x = images.reshape(-1, 1, 28, 28).float()
+    x.mul_(1.0 / (255.0 * STD)).sub_(MEAN / STD)
+    return x, labels.long()
+
+
+class Cnn(nn.Module):
+    def __init__(self, init="tch"):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3)
+        self.conv2 = nn.Conv2d(32, 64, 3)
+        self.fc1 = nn.Linear(1600, 128)
+        self.fc2 = nn.Linear(128, 10)
+        if init == "tch":
+            # tch's defaults, which the Rust model gets: weights Kaiming-uniform
+            # for ReLU (bound sqrt(6/fan_in), 2.45x PyTorch's 1/sqrt(fan_in)),
+            # conv biases 0, linear biases U(+-1/sqrt(fan_in)) as in PyTorch.
+            with torch.no_grad():
+                for m in (self.conv1, self.conv2, self.fc1, self.fc2):
+                    nn.init.kaiming_uniform_(m.weight, nonlinearity="relu")
+                    if isinstance(m, nn.Conv2d):
+                        m.bias.zero_()
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = torch.flatten(x, 1)
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+def worker(rank, world, args):
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(args.seed)
+    train_x, train_y = load(args.data, "train")
+    test_x, test_y = load(args.data, "test")
+    model = DDP(Cnn(args.init), bucket_cap_mb=args.bucket_cap_mb)
+    lr = args.lr if args.lr is not None else 0.01 * world
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=args.momentum)
+    sampler = DistributedSampler(range(len(train_y)), num_replicas=world, rank=rank, seed=args.seed)
+    step, timed_s, timed_steps = 0, 0.0, 0
+    global_batch = args.batch * world
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        indices = torch.tensor(list(iter(sampler)), dtype=torch.long)
+        for b in range(0, len(indices), args.batch):
+            if step >= args.steps:
+                break
+            t0 = time.perf_counter()
+            idx = indices[b : b + args.batch]
+            x, y = train_x.index_select(0, idx), train_y.index_select(0, idx)
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            dt = time.perf_counter() - t0
+            step += 1
+            if step > args.warmup:
+                timed_s += dt
+                timed_steps += 1
+        if step >= args.steps:
+            break
+    acc = None
+    if rank == 0:
+        model.eval()
+        with torch.no_grad():
+            correct = 0
+            for b in range(0, len(test_y), 1000):
+                logits = model.module(test_x[b : b + 1000])
+                correct += (logits.argmax(-1) == test_y[b : b + 1000]).sum().item()
+        acc = correct / len(test_y)
+    dist.barrier()
+    if rank == 0:
+        print(
+            json.dumps(
+                {
+                    "impl": "torch",
+                    "backend": "gloo",
+                    "model": "cnn",
+                    "world_size": world,
+                    "batch_per_rank": args.batch,
+                    "steps": step,
+                    "timed_steps": timed_steps,
+                    "samples_per_s": timed_steps * global_batch / timed_s if timed_s > 0 else 0.0,
+                    "test_accuracy": acc,
+                    "threads": args.threads,
+                    "torch": torch.__version__,
+                    "init": args.init,
+                }
+            ),
+            flush=True,
+        )
+    dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--nproc", type=int, default=1, help="ranks to spawn (ignored under torchrun)")
+    p.add_argument("--data", default=DEFAULT_DIR, help="folder with the Fashion-MNIST IDX files")
+    p.add_argument("--batch", type=int, default=64, help="batch size per rank")
+    p.add_argument("--lr", type=float, default=None, help="learning rate [0.01 x world]")
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--steps", type=int, default=10**9, help="stop after this many steps")
+    p.add_argument("--warmup", type=int, default=5, help="steps left out of the timing")
+    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads per rank")
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--init",
+        choices=["tch", "torch"],
+        default="tch",
+        help="initialise like tch (as ringside-train does) or with PyTorch's defaults",
+    )
+    args = p.parse_args()
+    if "RANK" in os.environ:
+        worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
+        return
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(free_port()))
+    if args.nproc == 1:
+        worker(0, 1, args)
+    else:
+        torch.multiprocessing.spawn(worker, args=(args.nproc, args), nprocs=args.nproc)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

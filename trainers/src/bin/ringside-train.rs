@@ -1,0 +1,487 @@
+//! `ringside-train`: data-parallel training with PyTorch DDP's semantics over
+//! ringside's collectives (reference, gloo, mpi or nccl).
+//!
+//! Run plainly it spawns `--nproc` local ranks of itself; under torchrun, mpirun,
+//! srun or `ringside launch` it joins their job. Every rank trains a replica on its
+//! share of each epoch ([`DistributedSampler`]); rank 0 prints and writes the
+//! metrics, the merged Chrome trace and the checkpoints.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use collectives::job::{self, Start};
+use collectives::transport::TransportKind;
+use collectives::{Backend, BufferMut, Communicator, Input, ReduceOp};
+use serde_json::json;
+use tch::Device;
+use trainers::checkpoint::{self, TrainState};
+use trainers::data::{self, DataArgs, Dataset, Split};
+use trainers::ddp::{Ddp, DdpOptions, StageSplit};
+use trainers::metrics::{EpochRecord, Metrics, StepRecord};
+use trainers::models::Arch;
+use trainers::optim::{Sgd, SgdConfig};
+use trainers::sampler::DistributedSampler;
+use trainers::timeline;
+use trainers::train::{self, Tally};
+
+/// Data-parallel training (PyTorch DDP semantics) of a small model on Fashion-MNIST.
+///
+/// Gradients are averaged across ranks in buckets (1 MiB first, then
+/// --bucket-cap-mb), overlapped with backward stage by stage.
+#[derive(Debug, Parser)]
+#[command(name = "ringside-train", version, about, long_about = None)]
+struct Args {
+    /// Local ranks to spawn (ignored under a launcher such as torchrun or mpirun).
+    #[arg(long, default_value_t = 1)]
+    nproc: usize,
+    /// Backend: reference, gloo, mpi or nccl (nccl trains on CUDA).
+    #[arg(long, default_value = "reference", value_parser = parse_backend)]
+    backend: Backend,
+    /// Reference backend transport: auto, tcp or shm.
+    #[arg(long, default_value = "auto", value_parser = parse_transport)]
+    transport: TransportKind,
+    /// Model.
+    #[arg(long, value_enum, default_value = "cnn")]
+    model: Arch,
+    #[command(flatten)]
+    data: DataArgs,
+    /// Train on N synthetic examples (test on N/5) instead of reading --data.
+    #[arg(long, value_name = "N")]
+    synthetic: Option<usize>,
+    /// Batch size per rank.
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+    /// Learning rate [default: 0.01 × world size].
+    #[arg(long)]
+    lr: Option<f64>,
+    /// SGD momentum.
+    #[arg(long, default_value_t = 0.9)]
+    momentum: f64,
+    /// Epochs to train.
+    #[arg(long, default_value_t = 1)]
+    epochs: u64,
+    /// Stop after this many optimizer steps in total.
+    #[arg(long)]
+    steps: Option<u64>,
+    /// Micro-batches per optimizer step: all but the last run under no_sync.
+    #[arg(long, default_value_t = 1)]
+    accumulate: usize,
+    /// Clip gradients to this global 2-norm after the sync.
+    #[arg(long, value_name = "NORM")]
+    clip: Option<f64>,
+    /// libtorch intra-op threads per rank.
+    #[arg(long, default_value_t = 1)]
+    threads: i32,
+    /// Bucket cap in MiB [default: 25, with a 1 MiB first bucket; as in PyTorch,
+    /// setting it makes the first bucket this size too unless --first-bucket-mb].
+    #[arg(long, value_name = "MB")]
+    bucket_cap_mb: Option<f64>,
+    /// Size limit of the first bucket (the last layers') in MiB.
+    #[arg(long, value_name = "MB")]
+    first_bucket_mb: Option<f64>,
+    /// Where to cut the model for staged backward: auto (where buckets complete),
+    /// every-layer, or whole (no overlap).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "every-layer", "whole"])]
+    split: String,
+    /// Seed of the initial weights and the data order.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Steps not counted in the throughput (warm-up).
+    #[arg(long, default_value_t = 5)]
+    warmup: u64,
+    /// Write a metrics line every N steps (and every epoch).
+    #[arg(long, default_value_t = 50, value_name = "N")]
+    log_every: u64,
+    /// Write metrics as JSON lines here (rank 0).
+    #[arg(long, value_name = "FILE.jsonl")]
+    metrics: Option<PathBuf>,
+    /// Write every rank's timeline as one Chrome trace here (rank 0).
+    #[arg(long, value_name = "FILE.json")]
+    trace: Option<PathBuf>,
+    /// Save a checkpoint (DIR/last.safetensors) after every epoch and at the end.
+    #[arg(long, value_name = "DIR")]
+    checkpoint: Option<PathBuf>,
+    /// Resume from DIR/last.safetensors (needs --checkpoint).
+    #[arg(long, requires = "checkpoint")]
+    resume: bool,
+    /// Skip the evaluation on the test set.
+    #[arg(long)]
+    no_eval: bool,
+    /// Print one JSON summary line on stdout (rank 0).
+    #[arg(long)]
+    json: bool,
+    /// Seconds any single wait may take.
+    #[arg(long, default_value_t = 120.0)]
+    timeout: f64,
+    /// Keep glibc malloc's defaults (which hand freed activation memory back to
+    /// the kernel between steps, so the next step page-faults it in again).
+    #[arg(long)]
+    default_malloc: bool,
+}
+
+/// Every step frees and reallocates the same few megabytes of activations. With
+/// glibc's defaults, whether that memory is handed back to the kernel (top-of-heap
+/// trimming, or mmap for chunks above a moving threshold) depends on what else
+/// sits on the heap, so some runs page-fault millions of times more than others
+/// and lose 40% of their throughput. Fixed thresholds make every run the fast one:
+/// chunks up to 32 MiB come from the heap, and freed memory stays with the process.
+/// (The same as `GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:
+/// glibc.malloc.trim_threshold=1073741824`, which benches/ddp_compare.py can give
+/// PyTorch too.)
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator parameters; called before any other
+    // thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+    }
+}
+
+fn parse_backend(s: &str) -> Result<Backend, String> {
+    Backend::parse(s).ok_or_else(|| format!("unknown backend {s:?} (reference, gloo, mpi, nccl)"))
+}
+
+fn parse_transport(s: &str) -> Result<TransportKind, String> {
+    TransportKind::parse(s).ok_or_else(|| format!("unknown transport {s:?} (auto, tcp, shm)"))
+}
+
+fn main() -> anyhow::Result<()> {
+    // Before any thread or libtorch starts: Debian's Gloo must win over
+    // libtorch's bundled copy (see trainers::preload).
+    trainers::preload::ensure_gloo_first();
+    let args = Args::parse();
+    if !args.default_malloc {
+        keep_freed_memory();
+    }
+    let timeout = Duration::try_from_secs_f64(args.timeout)
+        .context("--timeout must be a non-negative number of seconds")?;
+    let rdv = match job::start(args.nproc, timeout).context("starting the ranks")? {
+        Start::Done(report) => std::process::exit(report.exit_code()),
+        Start::Rank(rdv) => rdv,
+    };
+    let mut opts = job::options(&rdv)?;
+    opts.transport = args.transport;
+    opts.timeout = timeout;
+    opts.prefix = "train/".into();
+    let comm = job::communicator(&rdv, args.backend, &opts).with_context(|| {
+        format!(
+            "connecting the {} backend ({} transport)",
+            args.backend,
+            args.transport.name()
+        )
+    })?;
+    let local_rank = rdv.info.local_rank;
+    run(&args, comm, local_rank, timeout)?;
+    rdv.close(timeout).context("leaving the job's store")?;
+    Ok(())
+}
+
+fn run(
+    args: &Args,
+    comm: Box<dyn Communicator>,
+    local_rank: usize,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let (rank, world) = (comm.rank(), comm.world_size());
+    if args.batch == 0 || args.accumulate == 0 {
+        bail!("--batch and --accumulate must be at least 1");
+    }
+    tch::set_num_threads(args.threads);
+    let device = if args.backend == Backend::Nccl {
+        if !tch::Cuda::is_available() {
+            bail!(
+                "--backend nccl trains on CUDA, but {}",
+                trainers::torch_info()
+            );
+        }
+        Device::Cuda(local_rank % tch::Cuda::device_count().max(1) as usize)
+    } else {
+        Device::Cpu
+    };
+    let (train_set, test_set) = load_data(args, device)?;
+
+    tch::manual_seed(args.seed as i64);
+    let vs = tch::nn::VarStore::new(device);
+    let model = args.model.blueprint().build(&vs.root());
+    let cap = args.bucket_cap_mb.map(mib);
+    let ddp_opts = DdpOptions {
+        bucket_cap_bytes: cap.unwrap_or(trainers::bucket::DEFAULT_BUCKET_CAP_BYTES),
+        first_bucket_bytes: args
+            .first_bucket_mb
+            .map(mib)
+            .or(cap)
+            .unwrap_or(trainers::bucket::DEFAULT_FIRST_BUCKET_BYTES),
+        split: match args.split.as_str() {
+            "every-layer" => StageSplit::EveryLayer,
+            "whole" => StageSplit::Whole,
+            _ => StageSplit::Auto,
+        },
+        timeout: timeout + Duration::from_secs(10),
+        ..DdpOptions::default()
+    };
+    let mut ddp = Ddp::new(model, &vs, comm, ddp_opts)?;
+    let lr = args.lr.unwrap_or(0.01 * world as f64);
+    let mut opt = Sgd::new(&vs, SgdConfig::new(lr).momentum(args.momentum))?;
+    let ckpt = args.checkpoint.as_ref().map(|d| d.join("last.safetensors"));
+    let mut state = TrainState {
+        seed: args.seed,
+        ..Default::default()
+    };
+    if let (true, Some(path)) = (args.resume, &ckpt) {
+        if path.exists() {
+            state = checkpoint::load(path, &vs, Some(&mut opt))
+                .with_context(|| format!("resuming from {}", path.display()))?;
+            if rank == 0 {
+                eprintln!(
+                    "resumed from {}: epoch {}, batch {}, step {}",
+                    path.display(),
+                    state.epoch,
+                    state.batch_in_epoch,
+                    state.step
+                );
+            }
+        } else if rank == 0 {
+            eprintln!("no checkpoint at {} yet: starting fresh", path.display());
+        }
+    }
+    if let Some(dir) = &args.checkpoint {
+        if rank == 0 {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+    }
+    if rank == 0 {
+        eprintln!(
+            "ringside-train: {} on {} rank(s), backend {}, {} params, batch {}×{world}, lr {lr}, \
+             buckets {:?} B, stages {:?}; {}",
+            args.model_name(),
+            world,
+            args.backend,
+            trainers::models::param_count(&vs),
+            args.batch,
+            ddp.bucket_bytes(),
+            ddp.stage_labels(),
+            trainers::torch_info()
+        );
+    }
+
+    let mut metrics =
+        Metrics::new(rank, world, args.metrics.as_deref(), args.resume)?.log_every(args.log_every);
+    let sampler = DistributedSampler::new(train_set.len(), world, rank)?.with_seed(args.seed);
+    let eval_sampler = DistributedSampler::for_eval(test_set.len(), world, rank)?;
+    let max_steps = args.steps.unwrap_or(u64::MAX);
+    let global_batch = (args.batch * world * args.accumulate) as f64;
+    // Throughput over the timed steps only (after warm-up, without evaluation).
+    let (mut timed_s, mut timed_steps, mut timed_samples) = (0.0f64, 0u64, 0.0f64);
+    let mut last_val: Option<Tally> = None;
+    let start_epoch = state.epoch;
+    'epochs: for epoch in start_epoch..args.epochs {
+        if state.step >= max_steps {
+            break;
+        }
+        let mut s = sampler.clone();
+        s.set_epoch(epoch);
+        let indices = s.indices();
+        let batches: Vec<&[usize]> = indices.chunks(args.batch).collect();
+        let steps_in_epoch = batches.len() / args.accumulate;
+        let skip = if epoch == start_epoch {
+            state.batch_in_epoch as usize
+        } else {
+            0
+        };
+        metrics.begin_epoch(
+            epoch,
+            steps_in_epoch as u64,
+            (skip / args.accumulate) as u64,
+        );
+        let mut tally = Tally::new();
+        let epoch_start = Instant::now();
+        let mut b = skip;
+        while b + args.accumulate <= batches.len() {
+            if state.step >= max_steps {
+                break;
+            }
+            let t0 = Instant::now();
+            opt.zero_grad();
+            let mut loss = 0.0;
+            let (count0, correct0) = (tally.count(), tally.correct());
+            for micro in 0..args.accumulate {
+                let (x, y) = train_set.batch(batches[b + micro])?;
+                let k = args.accumulate as f64;
+                let mut fb = |d: &mut Ddp| {
+                    d.forward_backward(&x, |logits| {
+                        // The epoch's training loss and accuracy (a few argmaxes of
+                        // 64×10: noise next to the step).
+                        let _ = tally.add_batch(logits, &y);
+                        logits.cross_entropy_for_logits(&y) / k
+                    })
+                };
+                let l = if micro + 1 < args.accumulate {
+                    ddp.no_sync(|d| fb(d))?
+                } else {
+                    fb(&mut ddp)?
+                };
+                loss += l.f_double_value(&[])?;
+            }
+            if let Some(max) = args.clip {
+                ddp.clip_grad_norm(max)?;
+            }
+            opt.step()?;
+            let seen = (tally.count() - count0).max(1);
+            let acc = (tally.correct() - correct0) as f64 / seen as f64;
+            b += args.accumulate;
+            state.step += 1;
+            state.batch_in_epoch = b as u64;
+            let dt = t0.elapsed().as_secs_f64();
+            if state.step > args.warmup {
+                timed_s += dt;
+                timed_steps += 1;
+                timed_samples += global_batch;
+            }
+            metrics.step(&StepRecord {
+                epoch,
+                step: state.step,
+                loss,
+                accuracy: acc,
+                samples_per_s: global_batch / dt,
+                lr,
+            })?;
+        }
+        let epoch_s = epoch_start.elapsed().as_secs_f64();
+        let epoch_done = b + args.accumulate > batches.len();
+        let val = if args.no_eval {
+            None
+        } else {
+            Some(ddp.with_communicator(|model, c| {
+                train::evaluate(model, &test_set, &eval_sampler, 1000, Some(c))
+            })??)
+        };
+        if epoch_done {
+            state.epoch = epoch + 1;
+            state.batch_in_epoch = 0;
+        }
+        ddp.with_communicator(|_, c| tally.all_reduce(c))??;
+        metrics.end_epoch(&EpochRecord {
+            epoch,
+            step: state.step,
+            loss: tally.loss(),
+            accuracy: tally.accuracy(),
+            samples_per_s: (tally.count() as f64) / epoch_s.max(1e-9),
+            lr,
+            val_loss: val.as_ref().map(Tally::loss),
+            val_accuracy: val.as_ref().map(Tally::accuracy),
+        })?;
+        if let Some(path) = &ckpt {
+            state.extra.insert("model".into(), args.model_name().into());
+            state.extra.insert("world_size".into(), world.to_string());
+            ddp.with_communicator(|_, c| {
+                checkpoint::save_distributed(c, path, &vs, Some(&opt), &state)
+            })??;
+        }
+        last_val = val.or(last_val);
+        if !epoch_done {
+            break 'epochs;
+        }
+    }
+    metrics.flush()?;
+
+    let exposed = ddp.timeline().mean_exposed_pct(args.warmup as usize);
+    if let Some(path) = &args.trace {
+        let mine = serde_json::to_vec(&ddp.timeline().to_chrome_trace())?;
+        let all = ddp.with_communicator(|_, c| gather_bytes(c, &mine))??;
+        if rank == 0 {
+            let parts = all
+                .iter()
+                .map(|b| serde_json::from_slice(b))
+                .collect::<Result<Vec<serde_json::Value>, _>>()?;
+            timeline::write_trace(&timeline::merge_chrome_traces(&parts)?, path)?;
+            eprintln!("trace of {world} rank(s) written to {}", path.display());
+        }
+    }
+    let samples_per_s = if timed_s > 0.0 {
+        timed_samples / timed_s
+    } else {
+        0.0
+    };
+    if rank == 0 {
+        let acc = last_val.as_ref().map(Tally::accuracy);
+        eprintln!(
+            "done: {} step(s), {:.1} samples/s (all ranks, {} timed steps), test accuracy {}, \
+             exposed communication {}",
+            state.step,
+            samples_per_s,
+            timed_steps,
+            acc.map_or("-".into(), |a| format!("{:.2}%", 100.0 * a)),
+            exposed.map_or("-".into(), |e| format!("{e:.1}% of step time")),
+        );
+        if args.json {
+            let line = json!({
+                "impl": "ringside",
+                "backend": args.backend.name(),
+                "model": args.model_name(),
+                "world_size": world,
+                "batch_per_rank": args.batch,
+                "steps": state.step,
+                "timed_steps": timed_steps,
+                "samples_per_s": samples_per_s,
+                "test_accuracy": acc,
+                "test_loss": last_val.as_ref().map(Tally::loss),
+                "exposed_comm_pct": exposed,
+                "bucket_bytes": ddp.bucket_bytes(),
+                "threads": args.threads,
+            });
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{line}")?;
+        }
+    }
+    Ok(())
+}
+
+impl Args {
+    fn model_name(&self) -> &'static str {
+        match self.model {
+            Arch::Mlp => "mlp",
+            Arch::Cnn => "cnn",
+            Arch::Resnet => "resnet",
+        }
+    }
+}
+
+fn mib(mb: f64) -> usize {
+    (mb * 1024.0 * 1024.0).round().max(0.0) as usize
+}
+
+fn load_data(args: &Args, device: Device) -> anyhow::Result<(Dataset, Dataset)> {
+    let (train_set, test_set) = match args.synthetic {
+        Some(n) => (
+            data::synthetic(n, args.seed)?,
+            data::synthetic((n / 5).max(1), args.seed + 1)?,
+        ),
+        None => (args.data.load(Split::Train)?, args.data.load(Split::Test)?),
+    };
+    Ok((train_set.to_device(device)?, test_set.to_device(device)?))
+}
+
+/// Every rank's bytes, on every rank (lengths first, then one padded all_gather).
+fn gather_bytes(c: &dyn Communicator, mine: &[u8]) -> anyhow::Result<Vec<Vec<u8>>> {
+    let world = c.world_size();
+    let mut lens = vec![0i64; world];
+    lens[c.rank()] = mine.len() as i64;
+    c.all_reduce(
+        Input::InPlace,
+        &mut BufferMut::from_slice(&mut lens),
+        ReduceOp::Sum,
+    )?;
+    let max = lens.iter().copied().max().unwrap_or(0) as usize;
+    let mut all = vec![0u8; max * world];
+    all[c.rank() * max..][..mine.len()].copy_from_slice(mine);
+    c.all_gather(Input::InPlace, &mut BufferMut::from_slice(&mut all))?;
+    Ok(lens
+        .iter()
+        .enumerate()
+        .map(|(r, &n)| all[r * max..][..n as usize].to_vec())
+        .collect())
+}

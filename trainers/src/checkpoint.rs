@@ -1,0 +1,682 @@
+//! Checkpoints as [safetensors](https://github.com/huggingface/safetensors) files:
+//! model, optimizer state and training counters in one file that runs no code when it
+//! is read (unlike a pickled `torch.save`).
+//!
+//! # What a file holds
+//!
+//! * every variable of the model's VarStore, parameters and buffers (batch-norm
+//!   running statistics) alike, under its stable name (`conv1.weight`,
+//!   `stage2.0.bn1.running_mean`). Never with a `module.` prefix: a leading `module.`
+//!   (how PyTorch's `DistributedDataParallel` names its wrapped model) is removed on
+//!   save and ignored on load, so DDP checkpoints load into a single-device model and
+//!   files written by PyTorch DDP users load here;
+//! * the [`Sgd`] momentum buffers, as `optimizer.momentum_buffer.<parameter name>`;
+//! * in the string metadata (`__metadata__`): `format` and `format_version`, the
+//!   counters of a [`TrainState`] (`epoch`, `batch_in_epoch`, `step`, `seed`), the
+//!   optimizer's hyper-parameters (`optimizer.lr`, ...), free-form `extra.*` entries,
+//!   and `sha256`: a SHA-256 over every tensor's name, dtype, shape and bytes, in name
+//!   order, checked on load.
+//!
+//! # Randomness
+//!
+//! libtorch's global generator state is not saved: tch 0.24 can seed it
+//! (`tch::manual_seed`) but not read it back. Instead all randomness of our training
+//! is a function of the saved counters: the data order comes from
+//! [`DistributedSampler`](crate::sampler::DistributedSampler) seeded by
+//! `(seed, epoch)`, and resuming skips the `batch_in_epoch` batches already seen;
+//! the models have no dropout; weight initialisation is overwritten by the load. A
+//! trainer that adds randomness inside a step (dropout, augmentation) must seed it
+//! from [`crate::train::step_seed`]`(seed, epoch, step)` so that the counters
+//! restore it too.
+//!
+//! # Writing and reading safely
+//!
+//! [`save`] writes a temporary file in the target's folder, fsyncs it, renames it
+//! over the target and fsyncs the folder: a crash leaves either the old checkpoint or
+//! the new one, never a mix. [`load`] reads the whole file and checks the format
+//! version, the checksum, that every model variable is present with the model's shape
+//! and dtype and that the file holds nothing the model lacks; only then does it copy
+//! anything into the model, so a bad file leaves the model untouched.
+//!
+//! ```no_run
+//! use tch::nn::VarStore;
+//! use trainers::checkpoint::{self, TrainState};
+//! use trainers::optim::{Sgd, SgdConfig};
+//! let vs = VarStore::new(tch::Device::Cpu);
+//! let model = trainers::models::cnn().build(&vs.root());
+//! let mut opt = Sgd::new(&vs, SgdConfig::new(0.05).momentum(0.9))?;
+//! let state = TrainState { epoch: 3, step: 1200, seed: 42, ..Default::default() };
+//! checkpoint::save("run/last.safetensors", &vs, Some(&opt), &state)?;
+//! let resumed = checkpoint::load("run/last.safetensors", &vs, Some(&mut opt))?;
+//! assert_eq!(resumed, state);
+//! # Ok::<(), trainers::Error>(())
+//! ```
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use collectives::{BufferMut, Communicator, Input};
+use safetensors::tensor::{Dtype, SafeTensors, View};
+use sha2::{Digest, Sha256};
+use tch::nn::VarStore;
+use tch::{Device, Kind, Tensor};
+
+use crate::optim::{Sgd, SgdConfig};
+use crate::{Error, Result};
+
+/// The `format` metadata value of our checkpoints.
+pub const FORMAT: &str = "ringside.checkpoint";
+/// The layout version this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// Prefix of the optimizer's momentum buffers among the tensor names.
+pub const MOMENTUM_PREFIX: &str = "optimizer.momentum_buffer.";
+/// The prefix PyTorch's `DistributedDataParallel` puts before its model's names.
+pub const DDP_PREFIX: &str = "module.";
+
+/// Where training stands: with the seed, enough to reproduce the data order (and any
+/// other randomness, see the [module docs](self)) from here on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrainState {
+    /// The epoch in progress (the sampler's `set_epoch` value).
+    pub epoch: u64,
+    /// Batches of `epoch` already trained on; resuming skips them.
+    pub batch_in_epoch: u64,
+    /// Optimizer steps since the start of training.
+    pub step: u64,
+    /// The sampler's shuffling seed.
+    pub seed: u64,
+    /// Free-form notes (architecture, world size, ...), stored as `extra.<key>`.
+    pub extra: BTreeMap<String, String>,
+}
+
+/// What [`inspect`] finds in a checkpoint without loading it into a model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Info {
+    /// The training counters.
+    pub state: TrainState,
+    /// The optimizer's hyper-parameters, if the file holds optimizer state.
+    pub optimizer: Option<SgdConfig>,
+    /// Model tensors: name (without `module.`), dtype name, shape.
+    pub tensors: Vec<(String, String, Vec<usize>)>,
+    /// Parameter names that have a momentum buffer.
+    pub momentum_buffers: Vec<String>,
+}
+
+/// Writes model, optimizer state (if given) and counters to `path`, atomically.
+pub fn save(
+    path: impl AsRef<Path>,
+    vs: &VarStore,
+    opt: Option<&Sgd>,
+    state: &TrainState,
+) -> Result<()> {
+    let path = path.as_ref();
+    let bytes = serialize(path, vs, opt, state)?;
+    write_atomic(path, &bytes)
+}
+
+/// [`save`] in a data-parallel job: rank 0 writes while the other ranks wait for it,
+/// then every rank learns whether the write succeeded (a one-byte broadcast from
+/// rank 0, which doubles as the barrier). Returns on rank 0 only once the file is
+/// durable, and on the others only after that. All ranks must call it.
+///
+/// Only rank 0's model and optimizer are written: in data-parallel training every
+/// replica holds the same weights and momentum buffers.
+pub fn save_distributed(
+    comm: &dyn Communicator,
+    path: impl AsRef<Path>,
+    vs: &VarStore,
+    opt: Option<&Sgd>,
+    state: &TrainState,
+) -> Result<()> {
+    let path = path.as_ref();
+    let result = if comm.rank() == 0 {
+        save(path, vs, opt, state)
+    } else {
+        Ok(())
+    };
+    let mut ok = [u8::from(result.is_ok())];
+    comm.broadcast(Input::InPlace, &mut BufferMut::from_slice(&mut ok), 0)?;
+    match result {
+        Err(e) => Err(e),
+        Ok(()) if ok[0] == 1 => Ok(()),
+        Ok(()) => Err(Error::Checkpoint {
+            path: path.to_path_buf(),
+            what: "rank 0 failed to write it (see rank 0's error)".into(),
+        }),
+    }
+}
+
+/// Loads a checkpoint written by [`save`] into `vs` (and `opt`, whose
+/// hyper-parameters and momentum buffers it replaces), and returns the counters.
+///
+/// The file must hold exactly the model's variables (a leading `module.` on either
+/// side is ignored), each with the model's shape and dtype, and a checksum matching
+/// its data; otherwise an error names the file and the tensor, and neither `vs` nor
+/// `opt` is changed. Variables are copied onto whatever device they live on.
+pub fn load(path: impl AsRef<Path>, vs: &VarStore, opt: Option<&mut Sgd>) -> Result<TrainState> {
+    let path = path.as_ref();
+    let bytes = fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let file = parse(path, &bytes)?;
+    let meta = file.metadata.as_ref().ok_or_else(|| {
+        bad(
+            path,
+            "has no metadata: not a ringside checkpoint (use load_weights for plain safetensors files)",
+        )
+    })?;
+    check_format(path, meta)?;
+    let state = read_state(path, meta)?;
+    let optimizer = read_optimizer(path, meta)?;
+
+    let (model, momentum) = split_names(path, &file.tensors)?;
+    let copies = plan_model_copies(path, vs, &model, true)?;
+
+    // The optimizer part is checked in full before anything is written.
+    let opt_update = match opt {
+        None => None,
+        Some(opt) => {
+            let Some(config) = optimizer else {
+                return Err(bad(
+                    path,
+                    "holds no optimizer state, but an optimizer was given to restore",
+                ));
+            };
+            config
+                .validate()
+                .map_err(|e| bad(path, &format!("optimizer settings: {e}")))?;
+            let mut buffers = Vec::with_capacity(momentum.len());
+            for (name, raw) in &momentum {
+                let Some((_, p)) = opt.params().iter().find(|(n, _)| canonical(n) == *name) else {
+                    return Err(bad(
+                        path,
+                        &format!(
+                            "holds a momentum buffer for `{name}`, which the optimizer does not have"
+                        ),
+                    ));
+                };
+                check_like(path, &format!("{MOMENTUM_PREFIX}{name}"), raw, p)?;
+                let t = to_tensor(path, name, raw)?.f_to_device(p.device())?;
+                buffers.push((opt_name(opt, name), t));
+            }
+            Some((opt, config, buffers))
+        }
+    };
+
+    // Everything is checked and staged: now copy, all at once.
+    tch::no_grad(|| -> Result<()> {
+        for (mut dst, src) in copies {
+            dst.f_copy_(&src)?;
+        }
+        Ok(())
+    })?;
+    if let Some((opt, config, buffers)) = opt_update {
+        opt.set_config(config)?;
+        opt.set_momentum_buffers(buffers)?;
+    }
+    Ok(state)
+}
+
+/// Loads only the model weights from any safetensors file: ours, or one written by
+/// `safetensors.torch.save_file(model.state_dict(), ...)` (with or without DDP's
+/// `module.` prefix). The checksum is verified when the file has one. Every model
+/// variable must be present with its shape and dtype; tensors the model lacks (our
+/// optimizer state, PyTorch's `num_batches_tracked`) are skipped and returned, sorted.
+/// Nothing is copied unless everything checks out.
+pub fn load_weights(path: impl AsRef<Path>, vs: &VarStore) -> Result<Vec<String>> {
+    let path = path.as_ref();
+    let bytes = fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let file = parse(path, &bytes)?;
+    if let Some(meta) = file.metadata.as_ref().filter(|m| m.contains_key("format")) {
+        check_format(path, meta)?;
+    }
+    let (model, momentum) = split_names(path, &file.tensors)?;
+    let copies = plan_model_copies(path, vs, &model, false)?;
+    let wanted: Vec<String> = vs
+        .variables()
+        .keys()
+        .map(|n| canonical(n).to_owned())
+        .collect();
+    let mut skipped: Vec<String> = model
+        .keys()
+        .filter(|n| !wanted.contains(n))
+        .cloned()
+        .chain(momentum.keys().map(|n| format!("{MOMENTUM_PREFIX}{n}")))
+        .collect();
+    skipped.sort();
+    tch::no_grad(|| -> Result<()> {
+        for (mut dst, src) in copies {
+            dst.f_copy_(&src)?;
+        }
+        Ok(())
+    })?;
+    Ok(skipped)
+}
+
+/// Reads and verifies a checkpoint (format, checksum, metadata) without a model.
+pub fn inspect(path: impl AsRef<Path>) -> Result<Info> {
+    let path = path.as_ref();
+    let bytes = fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let file = parse(path, &bytes)?;
+    let meta = file
+        .metadata
+        .as_ref()
+        .ok_or_else(|| bad(path, "has no metadata: not a ringside checkpoint"))?;
+    check_format(path, meta)?;
+    let (model, momentum) = split_names(path, &file.tensors)?;
+    Ok(Info {
+        state: read_state(path, meta)?,
+        optimizer: read_optimizer(path, meta)?,
+        tensors: model
+            .iter()
+            .map(|(n, t)| (n.clone(), format!("{:?}", t.dtype), t.shape.clone()))
+            .collect(),
+        momentum_buffers: momentum.keys().cloned().collect(),
+    })
+}
+
+/// A tensor's bytes on the host, as stored in the file.
+#[derive(Debug)]
+struct Raw {
+    dtype: Dtype,
+    shape: Vec<usize>,
+    data: Vec<u8>,
+}
+
+impl View for &Raw {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.data)
+    }
+    fn data_len(&self) -> usize {
+        self.data.len()
+    }
+}
+
+/// A parsed, checksummed file: tensors by stored name, and the metadata.
+struct Parsed {
+    tensors: BTreeMap<String, Raw>,
+    metadata: Option<HashMap<String, String>>,
+}
+
+fn bad(path: &Path, what: &str) -> Error {
+    Error::Checkpoint {
+        path: path.to_path_buf(),
+        what: what.to_owned(),
+    }
+}
+
+/// A name without DDP's `module.` prefix.
+fn canonical(name: &str) -> &str {
+    name.strip_prefix(DDP_PREFIX).unwrap_or(name)
+}
+
+/// The optimizer's own spelling of a canonical parameter name.
+fn opt_name(opt: &Sgd, canonical_name: &str) -> String {
+    opt.names()
+        .find(|n| canonical(n) == canonical_name)
+        .unwrap_or(canonical_name)
+        .to_owned()
+}
+
+fn to_raw(t: &Tensor) -> Result<Raw> {
+    let t = t.f_detach()?.f_to_device(Device::Cpu)?.f_contiguous()?;
+    let dtype = Dtype::try_from(t.kind())?;
+    let numel = t.numel();
+    let mut data = vec![0u8; numel * t.kind().elt_size_in_bytes()];
+    t.f_copy_data_u8(&mut data, numel)?;
+    Ok(Raw {
+        dtype,
+        shape: t.size().iter().map(|&d| d as usize).collect(),
+        data,
+    })
+}
+
+fn to_tensor(path: &Path, name: &str, raw: &Raw) -> Result<Tensor> {
+    let kind =
+        Kind::try_from(raw.dtype).map_err(|e| bad(path, &format!("tensor `{name}`: {e}")))?;
+    let shape: Vec<i64> = raw.shape.iter().map(|&d| d as i64).collect();
+    Ok(Tensor::f_from_data_size(&raw.data, &shape, kind)?)
+}
+
+/// SHA-256 over (name, dtype, shape, bytes) of every tensor, in name order, each
+/// field length-prefixed so that no two different contents hash the same bytes.
+fn checksum<'a>(tensors: impl IntoIterator<Item = (&'a str, &'a Raw)>) -> String {
+    let mut h = Sha256::new();
+    let mut field = |bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    for (name, raw) in tensors {
+        field(name.as_bytes());
+        field(format!("{:?}", raw.dtype).as_bytes());
+        let shape: Vec<u8> = raw
+            .shape
+            .iter()
+            .flat_map(|&d| (d as u64).to_le_bytes())
+            .collect();
+        field(&shape);
+        field(&raw.data);
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn serialize(path: &Path, vs: &VarStore, opt: Option<&Sgd>, state: &TrainState) -> Result<Vec<u8>> {
+    let mut tensors: BTreeMap<String, Raw> = BTreeMap::new();
+    let mut insert = |name: String, t: &Tensor| -> Result<()> {
+        let raw = to_raw(t).map_err(|e| bad(path, &format!("tensor `{name}`: {e}")))?;
+        if tensors.insert(name.clone(), raw).is_some() {
+            return Err(bad(
+                path,
+                &format!("two variables are both named `{name}` once `module.` is removed"),
+            ));
+        }
+        Ok(())
+    };
+    for (name, t) in vs.variables() {
+        let name = canonical(&name).to_owned();
+        if name.starts_with(MOMENTUM_PREFIX) {
+            return Err(bad(
+                path,
+                &format!("model variable `{name}` collides with the optimizer's names"),
+            ));
+        }
+        insert(name, &t)?;
+    }
+    let mut meta: HashMap<String, String> = HashMap::new();
+    if let Some(opt) = opt {
+        for (name, t) in opt.momentum_buffers() {
+            insert(format!("{MOMENTUM_PREFIX}{}", canonical(&name)), &t)?;
+        }
+        let c = opt.config();
+        meta.insert("optimizer".into(), "sgd".into());
+        meta.insert("optimizer.lr".into(), c.lr.to_string());
+        meta.insert("optimizer.momentum".into(), c.momentum.to_string());
+        meta.insert("optimizer.dampening".into(), c.dampening.to_string());
+        meta.insert("optimizer.weight_decay".into(), c.weight_decay.to_string());
+        meta.insert("optimizer.nesterov".into(), c.nesterov.to_string());
+    }
+    meta.insert("format".into(), FORMAT.into());
+    meta.insert("format_version".into(), FORMAT_VERSION.to_string());
+    meta.insert("epoch".into(), state.epoch.to_string());
+    meta.insert("batch_in_epoch".into(), state.batch_in_epoch.to_string());
+    meta.insert("step".into(), state.step.to_string());
+    meta.insert("seed".into(), state.seed.to_string());
+    for (k, v) in &state.extra {
+        meta.insert(format!("extra.{k}"), v.clone());
+    }
+    meta.insert(
+        "sha256".into(),
+        checksum(tensors.iter().map(|(n, r)| (n.as_str(), r))),
+    );
+    let views = tensors.iter().map(|(n, r)| (n.as_str(), r));
+    safetensors::tensor::serialize(views, &Some(meta))
+        .map_err(|e| bad(path, &format!("cannot serialize: {e}")))
+}
+
+/// Parses a file's bytes and verifies the checksum if the metadata holds one.
+fn parse(path: &Path, bytes: &[u8]) -> Result<Parsed> {
+    let st = SafeTensors::deserialize(bytes).map_err(|e| {
+        bad(
+            path,
+            &format!(
+                "not a valid safetensors file ({} bytes; truncated or corrupt?): {e}",
+                bytes.len()
+            ),
+        )
+    })?;
+    let (_, header) = SafeTensors::read_metadata(bytes)
+        .map_err(|e| bad(path, &format!("bad safetensors header: {e}")))?;
+    let metadata = header.metadata().clone();
+    let mut tensors = BTreeMap::new();
+    for (name, view) in st.tensors() {
+        let raw = Raw {
+            dtype: view.dtype(),
+            shape: view.shape().to_vec(),
+            data: view.data().to_vec(),
+        };
+        tensors.insert(name, raw);
+    }
+    if let Some(want) = metadata.as_ref().and_then(|m| m.get("sha256")) {
+        let got = checksum(tensors.iter().map(|(n, r)| (n.as_str(), r)));
+        if *want != got {
+            return Err(bad(
+                path,
+                &format!(
+                    "checksum mismatch: the file records sha256 {want} but its tensors hash \
+                     to {got}; the file is corrupt"
+                ),
+            ));
+        }
+    }
+    Ok(Parsed { tensors, metadata })
+}
+
+fn check_format(path: &Path, meta: &HashMap<String, String>) -> Result<()> {
+    match meta.get("format").map(String::as_str) {
+        Some(FORMAT) => {}
+        Some(other) => {
+            return Err(bad(
+                path,
+                &format!("format is {other:?}, expected {FORMAT:?}"),
+            ));
+        }
+        None => {
+            return Err(bad(
+                path,
+                &format!("has no `format` entry: not a {FORMAT} file"),
+            ));
+        }
+    }
+    let version = meta
+        .get("format_version")
+        .ok_or_else(|| bad(path, "has no `format_version` entry"))?;
+    if version.parse::<u32>().ok() != Some(FORMAT_VERSION) {
+        return Err(bad(
+            path,
+            &format!("format version {version:?}; this build reads version {FORMAT_VERSION} only"),
+        ));
+    }
+    if !meta.contains_key("sha256") {
+        return Err(bad(path, "has no `sha256` checksum entry"));
+    }
+    Ok(())
+}
+
+fn field<T: std::str::FromStr>(
+    path: &Path,
+    meta: &HashMap<String, String>,
+    key: &str,
+) -> Result<T> {
+    let s = meta
+        .get(key)
+        .ok_or_else(|| bad(path, &format!("metadata lacks `{key}`")))?;
+    s.parse()
+        .map_err(|_| bad(path, &format!("metadata `{key}` = {s:?} is not valid")))
+}
+
+fn read_state(path: &Path, meta: &HashMap<String, String>) -> Result<TrainState> {
+    Ok(TrainState {
+        epoch: field(path, meta, "epoch")?,
+        batch_in_epoch: field(path, meta, "batch_in_epoch")?,
+        step: field(path, meta, "step")?,
+        seed: field(path, meta, "seed")?,
+        extra: meta
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix("extra.")?.to_owned(), v.clone())))
+            .collect(),
+    })
+}
+
+fn read_optimizer(path: &Path, meta: &HashMap<String, String>) -> Result<Option<SgdConfig>> {
+    match meta.get("optimizer").map(String::as_str) {
+        None => Ok(None),
+        Some("sgd") => Ok(Some(SgdConfig {
+            lr: field(path, meta, "optimizer.lr")?,
+            momentum: field(path, meta, "optimizer.momentum")?,
+            dampening: field(path, meta, "optimizer.dampening")?,
+            weight_decay: field(path, meta, "optimizer.weight_decay")?,
+            nesterov: field(path, meta, "optimizer.nesterov")?,
+        })),
+        Some(other) => Err(bad(path, &format!("unknown optimizer {other:?}"))),
+    }
+}
+
+/// File tensors by canonical name.
+type ByName<'a> = BTreeMap<String, &'a Raw>;
+
+/// Splits stored names into model tensors and momentum buffers, both keyed by
+/// canonical name; two stored names meaning the same tensor are an error.
+fn split_names<'a>(
+    path: &Path,
+    tensors: &'a BTreeMap<String, Raw>,
+) -> Result<(ByName<'a>, ByName<'a>)> {
+    let mut model = BTreeMap::new();
+    let mut momentum = BTreeMap::new();
+    for (stored, raw) in tensors {
+        let (map, name) = match stored.strip_prefix(MOMENTUM_PREFIX) {
+            Some(p) => (&mut momentum, canonical(p)),
+            None => (&mut model, canonical(stored)),
+        };
+        if map.insert(name.to_owned(), raw).is_some() {
+            return Err(bad(
+                path,
+                &format!("holds `{name}` twice (with and without `module.`)"),
+            ));
+        }
+    }
+    Ok((model, momentum))
+}
+
+/// The file tensor must have `like`'s shape and dtype.
+fn check_like(path: &Path, name: &str, raw: &Raw, like: &Tensor) -> Result<()> {
+    let want_shape: Vec<usize> = like.size().iter().map(|&d| d as usize).collect();
+    let want_dtype = Dtype::try_from(like.kind())?;
+    if raw.shape != want_shape || raw.dtype != want_dtype {
+        return Err(bad(
+            path,
+            &format!(
+                "tensor `{name}` is {:?} {:?} in the file but {want_dtype:?} {want_shape:?} \
+                 in the model",
+                raw.dtype, raw.shape
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks every model variable against the file and stages its new value on the
+/// variable's device. With `strict`, file tensors the model lacks are errors too.
+fn plan_model_copies(
+    path: &Path,
+    vs: &VarStore,
+    file: &ByName<'_>,
+    strict: bool,
+) -> Result<Vec<(Tensor, Tensor)>> {
+    let mut vars: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
+    vars.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut copies = Vec::with_capacity(vars.len());
+    for (name, var) in &vars {
+        let key = canonical(name);
+        let raw = file.get(key).ok_or_else(|| {
+            bad(
+                path,
+                &format!(
+                    "lacks tensor `{key}` that the model has ({} in the file)",
+                    file.len()
+                ),
+            )
+        })?;
+        check_like(path, key, raw, var)?;
+        let staged = to_tensor(path, key, raw)?.f_to_device(var.device())?;
+        copies.push((var.shallow_clone(), staged));
+    }
+    if strict {
+        let have: Vec<&str> = vars.iter().map(|(n, _)| canonical(n)).collect();
+        if let Some(extra) = file.keys().find(|k| !have.contains(&k.as_str())) {
+            return Err(bad(
+                path,
+                &format!("holds tensor `{extra}` that the model does not have"),
+            ));
+        }
+    }
+    Ok(copies)
+}
+
+/// Distinguishes the temporary files of concurrent saves in one process.
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+#[cfg(test)]
+thread_local! {
+    /// Test hook: fail the next temporary-file write after this many bytes.
+    static FAIL_WRITE_AFTER: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+fn write_all(f: &mut File, bytes: &[u8]) -> std::io::Result<()> {
+    #[cfg(test)]
+    if let Some(n) = FAIL_WRITE_AFTER.with(|c| c.take()) {
+        f.write_all(&bytes[..n.min(bytes.len())])?;
+        return Err(std::io::Error::other("injected write failure (test)"));
+    }
+    f.write_all(bytes)
+}
+
+/// Temporary file in the same folder (so the rename cannot cross file systems),
+/// write, fsync, rename over `path`, fsync the folder so the rename itself is durable.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| Error::Io { path: p, source }
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| bad(path, "is not a file path"))?
+        .to_string_lossy();
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let tmp = dir.join(format!(
+        ".{name}.tmp.{}.{}",
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let written = (|| -> Result<()> {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(io(&tmp))?;
+        write_all(&mut f, bytes).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+        drop(f);
+        fs::rename(&tmp, path).map_err(io(path))
+    })();
+    if let Err(e) = written {
+        // Best effort: the error that matters is the one being returned.
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    File::open(&dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(&dir))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,743 @@
+//! Distributed data parallel training with PyTorch DDP's semantics.
+//!
+//! Every rank holds a full replica of the model and trains on its own slice of
+//! each global batch; after backward, gradients are averaged across ranks so every
+//! replica takes the same optimizer step and the replicas never drift apart.
+//!
+//! * **Same start.** [`Ddp::new`] broadcasts every parameter and buffer from rank 0.
+//! * **Buckets.** Gradients travel in [`Bucket`]s formed as PyTorch does (reverse
+//!   registration order, a 1 MiB first bucket, then 25 MiB: see [`crate::bucket`]).
+//!   Each bucket's gradients are copied into one flat tensor, all_reduced with
+//!   [`ReduceOp::Avg`] and copied back.
+//! * **Overlap.** PyTorch launches a bucket's all_reduce from per-parameter autograd
+//!   hooks. tch has no hooks, so backward runs *stage by stage*: forward keeps each
+//!   stage's output and gives the next stage a detached copy that requires grad;
+//!   backward runs the last stage first, which finishes that stage's parameter
+//!   gradients and yields the gradient of its input, then feeds that gradient into
+//!   the previous stage's output, and so on. Between two stages, the buckets whose
+//!   parameters are all finished go to the communicator thread ([`CommThread`]),
+//!   which reduces them while the earlier stages' backward runs. By default
+//!   ([`StageSplit::Auto`]) the model is cut exactly where a bucket becomes
+//!   complete, so no cut is made that could not start communication earlier.
+//! * **Accumulation.** Inside [`Ddp::no_sync`], backward only accumulates local
+//!   gradients; the next synchronised step reduces the sum.
+//! * **Clipping.** [`Ddp::clip_grad_norm`] after the sync (the gradients are then
+//!   identical on every rank, so every rank computes the same norm).
+//! * **Timeline.** Every step records backward per stage, bucket-ready instants and
+//!   all_reduce spans, and the exposed communication (see [`crate::timeline`]).
+//!
+//! ```no_run
+//! use collectives::{backends, rendezvous::MemStore};
+//! use trainers::{ddp::{Ddp, DdpOptions}, models, optim::{Sgd, SgdConfig}};
+//! # let timeout = std::time::Duration::from_secs(60);
+//! // A world of one here; a real job gets its communicator from collectives::job.
+//! let store = MemStore::new(timeout);
+//! let comm = backends::reference(&store, 0, 1, &backends::Options::new([0; 16])?)?;
+//! let vs = tch::nn::VarStore::new(tch::Device::Cpu);
+//! let model = models::cnn().build(&vs.root());
+//! let mut ddp = Ddp::new(model, &vs, Box::new(comm), DdpOptions::default())?;
+//! let mut opt = Sgd::new(&vs, SgdConfig::new(0.02).momentum(0.9))?;
+//! let data = trainers::data::synthetic(64, 0)?;
+//! let (x, y) = data.batch(&(0..64).collect::<Vec<_>>())?;
+//! opt.zero_grad();
+//! let loss = ddp.forward_backward(&x, |logits| logits.cross_entropy_for_logits(&y))?;
+//! opt.step()?;
+//! # Ok::<(), trainers::Error>(())
+//! ```
+
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use collectives::{Communicator, Input, ReduceOp};
+use serde_json::{Map, Value, json};
+use tch::nn::{self, ModuleT};
+use tch::{Device, Tensor};
+
+use crate::bucket::{self, Bucket};
+use crate::comm::{self, CommThread};
+use crate::models::Stage;
+use crate::timeline::{TID_COMM, TID_COMPUTE, Timeline};
+use crate::{Error, Result};
+
+/// Where to cut the model for staged backward.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum StageSplit {
+    /// Before the layer holding the earliest-registered parameter of each bucket
+    /// (but the first): every cut lets one more bucket start early, and a model
+    /// whose gradients fit one bucket is not cut at all.
+    #[default]
+    Auto,
+    /// Before every layer (most events in the timeline, most overhead).
+    EveryLayer,
+    /// Before each named layer (in model order).
+    At(Vec<String>),
+    /// Not at all: one backward, then every bucket (no overlap).
+    Whole,
+}
+
+/// How [`Ddp`] buckets and times its work.
+#[derive(Debug, Clone)]
+pub struct DdpOptions {
+    /// Bucket size cap in bytes (PyTorch `bucket_cap_mb`, default 25 MiB).
+    pub bucket_cap_bytes: usize,
+    /// Limit of the first bucket to fill (the last layers'), default 1 MiB.
+    pub first_bucket_bytes: usize,
+    /// Where to cut the model for staged backward.
+    pub split: StageSplit,
+    /// Broadcast buffers (batch-norm statistics) from rank 0 before every training
+    /// forward, as PyTorch's `broadcast_buffers=True`.
+    pub broadcast_buffers: bool,
+    /// Bound on every wait for the communicator thread; keep it above the
+    /// communicator's own timeout so that its more precise error comes first.
+    pub timeout: Duration,
+    /// Keep timeline events for this many steps (summaries for all).
+    pub timeline_steps: usize,
+}
+
+impl Default for DdpOptions {
+    fn default() -> Self {
+        DdpOptions {
+            bucket_cap_bytes: bucket::DEFAULT_BUCKET_CAP_BYTES,
+            first_bucket_bytes: bucket::DEFAULT_FIRST_BUCKET_BYTES,
+            split: StageSplit::Auto,
+            broadcast_buffers: true,
+            timeout: Duration::from_secs(600),
+            timeline_steps: crate::timeline::DEFAULT_EVENT_STEPS,
+        }
+    }
+}
+
+/// A finished bucket reduction, sent back by the communicator thread.
+struct Done {
+    step: usize,
+    bucket: usize,
+    result: Result<()>,
+    start: Instant,
+    end: Instant,
+}
+
+/// A model replica that keeps its gradients in sync with the other ranks'.
+pub struct Ddp {
+    stages: Vec<Stage>,
+    /// Per stage, its layer names joined for the timeline (`conv1..pool1`).
+    stage_labels: Vec<String>,
+    params: Vec<Tensor>,
+    param_names: Vec<String>,
+    buffers: Vec<Tensor>,
+    buckets: Vec<Bucket>,
+    /// Per bucket, the stage after whose backward all its gradients exist.
+    ready_stage: Vec<usize>,
+    /// `None` only while [`Ddp::with_communicator`] has the communicator out.
+    comm: Option<CommThread>,
+    /// The layers the model was cut before (to cut it again after a join).
+    cuts: Vec<String>,
+    rank: usize,
+    world_size: usize,
+    done_tx: mpsc::Sender<Done>,
+    done_rx: mpsc::Receiver<Done>,
+    timeline: Timeline,
+    require_sync: bool,
+    broadcast_buffers: bool,
+    timeout: Duration,
+    step: usize,
+}
+
+impl std::fmt::Debug for Ddp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ddp")
+            .field("rank", &self.rank)
+            .field("world_size", &self.world_size)
+            .field("stages", &self.stage_labels)
+            .field("buckets", &self.bucket_names())
+            .finish()
+    }
+}
+
+impl Ddp {
+    /// Wraps `model`, whose parameters live in `vs` (built at the VarStore root, so
+    /// that each parameter's name starts with its layer's name), around `comm`.
+    /// Broadcasts rank 0's parameters and buffers to every rank. Collective: every
+    /// rank must call it with the same model.
+    pub fn new(
+        model: Stage,
+        vs: &nn::VarStore,
+        comm: Box<dyn Communicator>,
+        opts: DdpOptions,
+    ) -> Result<Ddp> {
+        let layers: Vec<String> = model.names().iter().map(|s| s.to_string()).collect();
+        let layer_index: HashMap<&str, usize> = layers
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_str(), i))
+            .collect();
+        let (params, param_names, buffers) = named_variables(vs)?;
+        let mut param_layer = Vec::with_capacity(params.len());
+        for name in &param_names {
+            let first = name.split('.').next().unwrap_or_default();
+            let &layer = layer_index.get(first).ok_or_else(|| {
+                Error::Model(format!(
+                    "parameter {name} is not under any layer of the model ({}): \
+                     build the model at the VarStore root",
+                    layers.join(" ")
+                ))
+            })?;
+            param_layer.push(layer);
+        }
+
+        let backend = comm.backend();
+        let keyed: Vec<(usize, (tch::Kind, Device))> = params
+            .iter()
+            .map(|p| {
+                Ok((
+                    p.numel() * p.f_kind()?.elt_size_in_bytes(),
+                    (p.f_kind()?, p.device()),
+                ))
+            })
+            .collect::<Result<_>>()?;
+        let groups = bucket::assign(
+            &keyed,
+            &bucket::ready_order(params.len()),
+            &[opts.first_bucket_bytes, opts.bucket_cap_bytes],
+        )?;
+
+        // Cut points, as layer indices (each > 0, increasing).
+        let cuts: Vec<usize> = match &opts.split {
+            StageSplit::Whole => Vec::new(),
+            StageSplit::EveryLayer => (1..layers.len()).collect(),
+            StageSplit::At(names) => names
+                .iter()
+                .map(|n| {
+                    layer_index.get(n.as_str()).copied().ok_or_else(|| {
+                        Error::Model(format!("no layer {n} in {}", layers.join(" ")))
+                    })
+                })
+                .collect::<Result<_>>()?,
+            StageSplit::Auto => {
+                let mut c: Vec<usize> = groups
+                    .iter()
+                    .filter_map(|g| g.iter().map(|&i| param_layer[i]).min())
+                    .filter(|&l| l > 0)
+                    .collect();
+                c.sort_unstable();
+                c.dedup();
+                c
+            }
+        };
+        let cut_names: Vec<&str> = cuts.iter().map(|&l| layers[l].as_str()).collect();
+        let stages = model.split_at(&cut_names)?;
+        let cut_names: Vec<String> = cut_names.into_iter().map(String::from).collect();
+        let stage_of_layer = |layer: usize| cuts.iter().filter(|&&c| c <= layer).count();
+        let ready_stage: Vec<usize> = groups
+            .iter()
+            .map(|g| {
+                g.iter()
+                    .map(|&i| stage_of_layer(param_layer[i]))
+                    .min()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let stage_labels = stages
+            .iter()
+            .map(|s| {
+                let n = s.names();
+                match (n.first(), n.last()) {
+                    (Some(a), Some(b)) if a != b => format!("{a}..{b}"),
+                    (Some(a), _) => a.to_string(),
+                    _ => String::new(),
+                }
+            })
+            .collect();
+        let buckets = groups
+            .into_iter()
+            .map(|g| {
+                let dev = params[g[0]].device();
+                let dev = if dev.is_cuda() && !comm::reduces_device_memory(backend) {
+                    Device::Cpu
+                } else {
+                    dev
+                };
+                Bucket::new(g, &params, dev)
+            })
+            .collect::<Result<Vec<_>>>()?;
+
+        let (rank, world_size) = (comm.rank(), comm.world_size());
+        let comm = CommThread::spawn(comm, opts.timeout)?;
+        let (done_tx, done_rx) = mpsc::channel();
+        let ddp = Ddp {
+            stages,
+            stage_labels,
+            params,
+            param_names,
+            buffers,
+            buckets,
+            ready_stage,
+            comm: Some(comm),
+            cuts: cut_names,
+            rank,
+            world_size,
+            done_tx,
+            done_rx,
+            timeline: Timeline::new(rank).with_event_steps(opts.timeline_steps),
+            require_sync: true,
+            broadcast_buffers: opts.broadcast_buffers,
+            timeout: opts.timeout,
+            step: 0,
+        };
+        let all: Vec<Tensor> = ddp
+            .params
+            .iter()
+            .chain(&ddp.buffers)
+            .map(Tensor::shallow_clone)
+            .collect();
+        ddp.broadcast(&all, 0)?;
+        Ok(ddp)
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    /// The communicator thread, for collectives of your own (metrics, checks):
+    /// they queue behind any bucket still in flight. See also
+    /// [`with_communicator`](Self::with_communicator).
+    pub fn comm(&self) -> Result<&CommThread> {
+        self.comm.as_ref().ok_or_else(|| {
+            Error::InvalidArgument("the communicator thread has stopped after an error".into())
+        })
+    }
+
+    /// Runs `f` on this thread with the whole model and the communicator itself,
+    /// for code written against `&dyn Communicator` (evaluation, checkpoints):
+    /// stops the communicator thread (after its queued work), runs `f`, and starts
+    /// it again. Costs a thread start; meant for once-per-epoch work, not per step.
+    pub fn with_communicator<R>(
+        &mut self,
+        f: impl FnOnce(&Stage, &dyn Communicator) -> R,
+    ) -> Result<R> {
+        let thread = self.comm.take().ok_or_else(|| {
+            Error::InvalidArgument("the communicator thread has stopped after an error".into())
+        })?;
+        let timeout = thread.timeout();
+        let comm = thread.join()?;
+        let model = Stage::join(std::mem::take(&mut self.stages))?;
+        let r = f(&model, comm.as_ref());
+        let cuts: Vec<&str> = self.cuts.iter().map(String::as_str).collect();
+        self.stages = model.split_at(&cuts)?;
+        self.comm = Some(CommThread::spawn(comm, timeout)?);
+        Ok(r)
+    }
+
+    /// The trainable parameters, in registration order.
+    pub fn parameters(&self) -> &[Tensor] {
+        &self.params
+    }
+
+    /// The parameters' names, in registration order.
+    pub fn parameter_names(&self) -> &[String] {
+        &self.param_names
+    }
+
+    /// Each bucket's parameter names, in bucket order (the reduction order).
+    pub fn bucket_names(&self) -> Vec<Vec<String>> {
+        self.buckets
+            .iter()
+            .map(|b| {
+                b.params()
+                    .iter()
+                    .map(|&i| self.param_names[i].clone())
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Each bucket's size in bytes, in bucket order.
+    pub fn bucket_bytes(&self) -> Vec<usize> {
+        self.buckets.iter().map(Bucket::bytes).collect()
+    }
+
+    /// The stages backward runs in, first to last, as `first..last` layer names.
+    pub fn stage_labels(&self) -> &[String] {
+        &self.stage_labels
+    }
+
+    /// What happened in each step so far.
+    pub fn timeline(&self) -> &Timeline {
+        &self.timeline
+    }
+
+    /// Applies the model (all stages); for evaluation, wrap in `tch::no_grad`.
+    pub fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
+        self.stages
+            .iter()
+            .fold(xs.shallow_clone(), |h, s| s.forward_t(&h, train))
+    }
+
+    /// Whether backward synchronises gradients (false inside [`no_sync`](Self::no_sync)).
+    pub fn require_sync(&self) -> bool {
+        self.require_sync
+    }
+
+    /// Sets whether backward synchronises gradients.
+    pub fn set_require_sync(&mut self, sync: bool) {
+        self.require_sync = sync;
+    }
+
+    /// Runs `f` with gradient synchronisation off (PyTorch `no_sync()`): the
+    /// gradients of its steps accumulate locally, and the next synchronised step
+    /// averages the accumulated sum across ranks.
+    pub fn no_sync<R>(&mut self, f: impl FnOnce(&mut Ddp) -> R) -> R {
+        let before = std::mem::replace(&mut self.require_sync, false);
+        let r = f(self);
+        self.require_sync = before;
+        r
+    }
+
+    /// One training forward and backward on this rank's batch: `loss_fn` maps the
+    /// model's output to a scalar loss. Gradients accumulate into the parameters'
+    /// `.grad` (zero them between steps, as with any tch optimizer); unless inside
+    /// [`no_sync`](Self::no_sync), they are averaged across ranks, bucket by bucket
+    /// while backward still runs, before this returns. Returns the detached loss.
+    pub fn forward_backward(
+        &mut self,
+        xs: &Tensor,
+        loss_fn: impl FnOnce(&Tensor) -> Tensor,
+    ) -> Result<Tensor> {
+        let start = Instant::now();
+        let step = self.timeline.begin_step(start);
+        self.step = step;
+        let sync = self.require_sync;
+        if self.broadcast_buffers && !self.buffers.is_empty() && self.world_size() > 1 {
+            let b: Vec<Tensor> = self.buffers.iter().map(Tensor::shallow_clone).collect();
+            self.broadcast(&b, 0)?;
+        }
+
+        // Forward, keeping each stage's input and output for staged backward.
+        let n = self.stages.len();
+        let mut inputs = Vec::with_capacity(n);
+        let mut outputs = Vec::with_capacity(n);
+        let mut h = xs.shallow_clone();
+        for (k, stage) in self.stages.iter().enumerate() {
+            let input = if k == 0 {
+                h
+            } else {
+                h.f_detach()?.f_set_requires_grad(true)?
+            };
+            h = stage.forward_t(&input, true);
+            inputs.push(input);
+            outputs.push(h.shallow_clone());
+        }
+        let loss = loss_fn(&h);
+        drop(h);
+        let fwd_end = Instant::now();
+        self.timeline.span(
+            "forward",
+            "forward",
+            TID_COMPUTE,
+            start,
+            fwd_end,
+            Map::new(),
+        );
+
+        // Backward, last stage first, handing finished buckets to the comm thread.
+        let mut next_bucket = 0;
+        for k in (0..n).rev() {
+            let t0 = Instant::now();
+            if k + 1 == n {
+                loss.f_backward()?;
+            } else {
+                // The gradient of stage k+1's input is the gradient of stage k's
+                // output: push it through stage k. d(out·g)/d(out) = g exactly.
+                let g = inputs[k + 1].f_grad()?;
+                let out = &outputs[k];
+                if g.defined() && out.requires_grad() {
+                    out.f_reshape([-1])?
+                        .f_dot(&g.f_reshape([-1])?)?
+                        .f_backward()?;
+                }
+            }
+            // Free the activations of the stages done with.
+            inputs.truncate(k + 1);
+            outputs.truncate(k);
+            let t1 = Instant::now();
+            let label = format!("backward {}", self.stage_labels[k]);
+            self.timeline
+                .span(label, "backward", TID_COMPUTE, t0, t1, Map::new());
+            if sync {
+                while next_bucket < self.buckets.len() && self.ready_stage[next_bucket] >= k {
+                    self.launch(next_bucket)?;
+                    next_bucket += 1;
+                }
+            }
+        }
+        let bwd_end = Instant::now();
+        self.timeline.end_backward(bwd_end);
+        if sync {
+            self.wait_buckets(bwd_end)?;
+        }
+        Ok(loss.f_detach()?)
+    }
+
+    /// Copies bucket `b`'s gradients in and queues its all_reduce.
+    fn launch(&mut self, b: usize) -> Result<()> {
+        let t0 = Instant::now();
+        self.buckets[b].copy_in(&self.params)?;
+        let flat = self.buckets[b].flat();
+        let bytes = self.buckets[b].bytes();
+        let (done, step) = (self.done_tx.clone(), self.step);
+        self.comm()?.submit(move |c| {
+            let start = Instant::now();
+            let mut t = flat;
+            let result = comm::buffer_mut(&mut t)
+                .and_then(|mut buf| Ok(c.all_reduce(Input::InPlace, &mut buf, ReduceOp::Avg)?));
+            let _ = done.send(Done {
+                step,
+                bucket: b,
+                result,
+                start,
+                end: Instant::now(),
+            });
+        })?;
+        let t1 = Instant::now();
+        let args = args(&[
+            ("bytes", json!(bytes)),
+            ("params", json!(self.buckets[b].params().len())),
+        ]);
+        self.timeline.span(
+            format!("copy in bucket {b}"),
+            "bucket",
+            TID_COMPUTE,
+            t0,
+            t1,
+            Map::new(),
+        );
+        self.timeline
+            .instant(format!("bucket {b} ready"), "bucket", TID_COMPUTE, t1, args);
+        Ok(())
+    }
+
+    /// Waits for every bucket of this step and copies the averages back.
+    fn wait_buckets(&mut self, wait_start: Instant) -> Result<()> {
+        let mut left = self.buckets.len();
+        let mut first_error = None;
+        while left > 0 {
+            let done = match self.done_rx.recv_timeout(self.timeout) {
+                Ok(d) => d,
+                Err(_) => {
+                    return Err(collectives::Error::Timeout {
+                        what: format!(
+                            "rank {}: {left} gradient bucket(s) of step {}",
+                            self.rank(),
+                            self.step
+                        ),
+                        after: self.timeout,
+                    }
+                    .into());
+                }
+            };
+            // Leftovers of a step that failed half-way.
+            if done.step != self.step {
+                continue;
+            }
+            left -= 1;
+            let bytes = self.buckets[done.bucket].bytes();
+            let a = args(&[
+                ("bytes", json!(bytes)),
+                ("backend", json!(self.comm()?.backend().name())),
+            ]);
+            let name = format!("all_reduce bucket {}", done.bucket);
+            self.timeline
+                .span(name, "comm", TID_COMM, done.start, done.end, a);
+            match done.result {
+                Ok(()) => {
+                    let t0 = Instant::now();
+                    self.buckets[done.bucket].copy_out(&self.params)?;
+                    let name = format!("copy out bucket {}", done.bucket);
+                    self.timeline
+                        .span(name, "bucket", TID_COMPUTE, t0, Instant::now(), Map::new());
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        let end = Instant::now();
+        self.timeline.span(
+            "wait for communication",
+            "wait",
+            TID_COMPUTE,
+            wait_start,
+            end,
+            Map::new(),
+        );
+        self.timeline.end_sync(end);
+        Ok(())
+    }
+
+    /// Broadcasts `tensors` from `root` in place. Like PyTorch's coalesced
+    /// broadcast, tensors of one kind travel together as one flat tensor (one
+    /// collective instead of one per tensor: a ResNet has dozens of small batch-norm
+    /// buffers), on their device when the backend reaches it, else on the host.
+    /// Every rank must pass tensors of the same kinds and shapes in the same order.
+    pub fn broadcast(&self, tensors: &[Tensor], root: usize) -> Result<()> {
+        let backend = self.comm()?.backend();
+        let mut groups: Vec<((tch::Kind, Device), Vec<usize>)> = Vec::new();
+        for (i, t) in tensors.iter().enumerate() {
+            let dev = if t.device().is_cuda() && comm::reduces_device_memory(backend) {
+                t.device()
+            } else {
+                Device::Cpu
+            };
+            let key = (t.f_kind()?, dev);
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((key, vec![i])),
+            }
+        }
+        let mut wires = Vec::with_capacity(groups.len());
+        for ((_, dev), members) in &groups {
+            let flat = members
+                .iter()
+                .map(|&i| tensors[i].f_detach()?.f_reshape([-1])?.f_to_device(*dev))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            wires.push(Tensor::f_cat(&flat, 0)?);
+        }
+        let sent: Vec<Tensor> = wires.iter().map(Tensor::shallow_clone).collect();
+        self.comm()?.call(move |c| -> Result<()> {
+            for mut w in sent {
+                let mut b = comm::buffer_mut(&mut w)?;
+                c.broadcast(Input::InPlace, &mut b, root)?;
+            }
+            Ok(())
+        })??;
+        tch::no_grad(|| -> Result<()> {
+            for ((_, members), wire) in groups.iter().zip(&wires) {
+                let mut offset = 0;
+                for &i in members {
+                    let t = &tensors[i];
+                    let n = t.numel() as i64;
+                    let part = wire.f_narrow(0, offset, n)?.f_view(t.size().as_slice())?;
+                    t.shallow_clone().f_copy_(&part)?;
+                    offset += n;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Sums (or otherwise reduces) a few numbers across ranks: metrics.
+    pub fn all_reduce_f64(&self, values: Vec<f64>, op: ReduceOp) -> Result<Vec<f64>> {
+        self.comm()?.call(move |c| -> Result<Vec<f64>> {
+            let mut v = values;
+            c.all_reduce(
+                Input::InPlace,
+                &mut collectives::BufferMut::from_slice(&mut v),
+                op,
+            )?;
+            Ok(v)
+        })?
+    }
+
+    /// Scales the gradients so that their global 2-norm is at most `max_norm`
+    /// (PyTorch `clip_grad_norm_`); returns the norm before clipping.
+    pub fn clip_grad_norm(&self, max_norm: f64) -> Result<f64> {
+        clip_grad_norm(&self.params, max_norm)
+    }
+
+    /// Stops the communicator thread and returns the model and the communicator.
+    pub fn into_parts(self) -> Result<(Stage, Box<dyn Communicator>)> {
+        let model = Stage::join(self.stages)?;
+        let comm = self.comm.ok_or_else(|| {
+            Error::InvalidArgument("the communicator thread has stopped after an error".into())
+        })?;
+        Ok((model, comm.join()?))
+    }
+}
+
+/// Scales the gradients of `params` so that their global 2-norm is at most
+/// `max_norm`, exactly as PyTorch's `clip_grad_norm_`: the coefficient
+/// `max_norm / (norm + 1e-6)`, capped at 1, multiplies every gradient. Parameters
+/// without a gradient are skipped. Returns the norm before clipping.
+pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> Result<f64> {
+    if max_norm.is_nan() || max_norm < 0.0 {
+        return Err(Error::InvalidArgument(format!(
+            "max_norm must be a non-negative number, not {max_norm}"
+        )));
+    }
+    tch::no_grad(|| {
+        let grads: Vec<Tensor> = params
+            .iter()
+            .map(Tensor::f_grad)
+            .collect::<std::result::Result<_, _>>()?;
+        let grads: Vec<Tensor> = grads.into_iter().filter(Tensor::defined).collect();
+        if grads.is_empty() {
+            return Ok(0.0);
+        }
+        let norms = grads
+            .iter()
+            .map(|g| g.f_norm())
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let total = Tensor::f_stack(&norms, 0)?.f_norm()?;
+        let coef = (max_norm / (total.f_double_value(&[])? + 1e-6)).min(1.0);
+        for mut g in grads {
+            let _ = g.f_mul_scalar_(coef)?;
+        }
+        Ok(total.f_double_value(&[])?)
+    })
+}
+
+fn args(pairs: &[(&str, Value)]) -> Map<String, Value> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+/// The VarStore's trainable variables in registration order with their names, and
+/// its other variables (buffers) sorted by name: an order every rank agrees on
+/// (the VarStore's map has a per-process order).
+fn named_variables(vs: &nn::VarStore) -> Result<(Vec<Tensor>, Vec<String>, Vec<Tensor>)> {
+    let named = vs.variables();
+    let mut by_ptr: HashMap<usize, Vec<&str>> = HashMap::new();
+    for (name, t) in &named {
+        by_ptr.entry(t.data_ptr() as usize).or_default().push(name);
+    }
+    let trainable = vs.trainable_variables();
+    let mut names = Vec::with_capacity(trainable.len());
+    for t in &trainable {
+        let candidates = by_ptr.get(&(t.data_ptr() as usize)).map_or(&[][..], |v| v);
+        let matching: Vec<&str> = candidates
+            .iter()
+            .copied()
+            .filter(|n| named[*n].size() == t.size() && named[*n].requires_grad())
+            .collect();
+        match matching.as_slice() {
+            [one] => names.push(one.to_string()),
+            _ => {
+                return Err(Error::Model(format!(
+                    "cannot name a trainable variable of shape {:?}: {} candidates {:?}",
+                    t.size(),
+                    matching.len(),
+                    matching
+                )));
+            }
+        }
+    }
+    let mut buffers: Vec<(&String, &Tensor)> =
+        named.iter().filter(|(n, _)| !names.contains(n)).collect();
+    buffers.sort_by(|a, b| a.0.cmp(b.0));
+    let buffers = buffers
+        .into_iter()
+        .map(|(_, t)| t.shallow_clone())
+        .collect();
+    Ok((trainable, names, buffers))
+}
