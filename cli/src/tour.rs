@@ -88,39 +88,32 @@ const LANES: [Lane; 5] = [
 /// A lane's communicator, or why this job cannot have one.
 type LaneComm = Result<Box<dyn Communicator>, String>;
 
-/// Connects every lane this job can serve; the others come back with a reason.
-fn connect_lanes(rdv: &Rendezvous, timeout: Duration) -> Vec<(&'static Lane, LaneComm)> {
-    LANES
-        .iter()
-        .map(|lane| {
-            let launched_by_mpi = matches!(
-                rdv.info.launcher,
-                Launcher::OpenMpi | Launcher::Pmi | Launcher::Slurm
-            );
-            let comm = if lane.backend == Backend::Mpi && !launched_by_mpi {
-                // MPI ranks come from an MPI launcher; ranks we spawned ourselves
-                // would each start as an MPI world of one.
-                Err("needs an MPI launcher: mpirun -np 2 target/release/ringside tour".to_owned())
-            } else {
-                job::communicator(
-                    rdv,
-                    lane.backend,
-                    lane.transport,
-                    Algo::Auto,
-                    timeout,
-                    &format!("tour-{}/", lane.name),
-                )
-                .map_err(|e| {
-                    format!("{:#}", e)
-                        .lines()
-                        .last()
-                        .unwrap_or_default()
-                        .to_owned()
-                })
-            };
-            (lane, comm)
-        })
-        .collect()
+/// Connects one lane, or says why this job cannot have it.
+fn connect_lane(rdv: &Rendezvous, lane: &Lane, timeout: Duration) -> LaneComm {
+    let launched_by_mpi = matches!(
+        rdv.info.launcher,
+        Launcher::OpenMpi | Launcher::Pmi | Launcher::Slurm
+    );
+    if lane.backend == Backend::Mpi && !launched_by_mpi {
+        // MPI ranks come from an MPI launcher; ranks we spawned ourselves
+        // would each start as an MPI world of one.
+        return Err("needs an MPI launcher: mpirun -np 2 target/release/ringside tour".to_owned());
+    }
+    job::communicator(
+        rdv,
+        lane.backend,
+        lane.transport,
+        Algo::Auto,
+        timeout,
+        &format!("tour-{}/", lane.name),
+    )
+    .map_err(|e| {
+        format!("{:#}", e)
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .to_owned()
+    })
 }
 
 pub fn run(args: TourArgs) -> anyhow::Result<i32> {
@@ -139,17 +132,30 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         "ringside tour: every backend on {} ranks (launched by {})\n",
         rdv.info.world_size, rdv.info.launcher
     ));
-    let mut lanes = Vec::new();
-    for (lane, comm) in connect_lanes(&rdv, timeout) {
-        match comm {
-            Ok(c) => lanes.push((lane, c)),
-            Err(why) => say(format!("   {:>7}: not available here: {why}", lane.name)),
-        }
-    }
-
-    say("\n1. Every collective, checked exactly against a sequential reference".into());
+    let out_dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| std::path::PathBuf::from("results").join(manifest::stamp()));
+    let mut results = Results {
+        path: lead.then(|| out_dir.join("bench.json")),
+        manifest: manifest::manifest(rdv.info.world_size, "per lane", "max"),
+        records: Vec::new(),
+    };
+    let sizes = bench::sizes(4, args.max_bytes, 4);
+    say("1. Every collective, checked exactly against a sequential reference".into());
     let mut failed = 0;
-    for (lane, comm) in &lanes {
+    // One lane at a time, its communicator dropped before the next connects:
+    // an idle communicator's threads (Gloo's network loop, a spinning
+    // transport) would otherwise share the cores with the one being timed.
+    let mut swept: Vec<(&Lane, Vec<Measurement>)> = Vec::new();
+    for lane in &LANES {
+        let comm = match connect_lane(&rdv, lane, timeout) {
+            Ok(c) => c,
+            Err(why) => {
+                say(format!("   {:>7}: not available here: {why}", lane.name));
+                continue;
+            }
+        };
         let bar = if lead {
             ProgressBar::new_spinner()
         } else {
@@ -164,36 +170,37 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
             bar.set_position(done as u64);
             bar.set_message(name.to_owned());
         })?;
-        bar.finish_and_clear();
         for f in &report.failures {
             eprintln!("FAIL ({}) {f}", lane.name);
         }
         failed += report.failures.len();
+        let checked_ms = started.elapsed().as_secs_f64() * 1e3;
+        bar.set_message("timing all_reduce".to_owned());
+        let mut row = Vec::new();
+        for &bytes in &sizes {
+            let m = bench::all_reduce_f32(comm.as_ref(), bytes, 3, args.iters)?;
+            failed += m.wrong.unwrap_or(0);
+            results.push(record(lane.label, lane.backend.name(), "auto", &m))?;
+            row.push(m);
+        }
+        bar.finish_and_clear();
         say(format!(
             "   {:>7}: {} cases, {} wrong, {} not supported by the library, {:.0} ms",
             lane.name,
             report.cases,
             report.failures.len(),
             report.unsupported.len(),
-            started.elapsed().as_secs_f64() * 1e3
+            checked_ms
         ));
+        swept.push((lane, row));
     }
 
     say(format!(
         "\n2. all_reduce, f32 sum, in place: median of {} iterations, time = slowest rank (us); busbw = algbw x 2(n-1)/n (GB/s)",
         args.iters
     ));
-    let out_dir = args
-        .out
-        .clone()
-        .unwrap_or_else(|| std::path::PathBuf::from("results").join(manifest::stamp()));
-    let mut results = Results {
-        path: lead.then(|| out_dir.join("bench.json")),
-        manifest: manifest::manifest(rdv.info.world_size, "per lane", "max"),
-        records: Vec::new(),
-    };
     let mut header = format!("   {:>8} |", "size");
-    for (lane, _) in &lanes {
+    for (lane, _) in &swept {
         header.push_str(&format!(
             " {:>9} {:>7} |",
             format!("{} us", lane.name),
@@ -201,17 +208,13 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         ));
     }
     say(format!("{header} #wrong"));
-    for bytes in bench::sizes(4, args.max_bytes, 4) {
-        let row: Vec<Measurement> = lanes
-            .iter()
-            .map(|(_, c)| bench::all_reduce_f32(c.as_ref(), bytes, 3, args.iters))
-            .collect::<collectives::Result<_>>()?;
-        let wrong: usize = row.iter().map(|m| m.wrong.unwrap_or(0)).sum();
-        failed += wrong;
+    for (i, &bytes) in sizes.iter().enumerate() {
         let mut line = format!("   {:>8} |", human(bytes));
-        for ((lane, _), m) in lanes.iter().zip(&row) {
+        let mut wrong = 0;
+        for (_, row) in &swept {
+            let m = &row[i];
+            wrong += m.wrong.unwrap_or(0);
             line.push_str(&format!(" {:>9.2} {:>7.3} |", m.median_us, m.busbw_gbps()));
-            results.push(record(lane.label, lane.backend.name(), "auto", m))?;
         }
         say(format!("{line} {wrong:>6}"));
     }
@@ -257,7 +260,6 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
          `cargo run --release -p ringside-benches --bin peers` to compare with MPI and Gloo called directly,\n\
          `cargo run -p ringside -- launch --nproc-per-node 2 -- <program>` to run your own ranks.",
     ));
-    drop(lanes);
     rdv.close(timeout)?;
     Ok(if failed == 0 { 0 } else { 1 })
 }
