@@ -445,6 +445,7 @@ impl Ddp {
             Map::new(),
         );
 
+        // ANCHOR: staged_backward
         // Backward, last stage first, handing finished buckets to the comm thread.
         let mut next_bucket = 0;
         for k in (0..n).rev() {
@@ -481,6 +482,7 @@ impl Ddp {
         if sync {
             self.wait_buckets(bwd_end)?;
         }
+        // ANCHOR_END: staged_backward
         Ok(loss.f_detach()?)
     }
 
