@@ -237,3 +237,45 @@ fn tour_writes_results_and_a_report_with_the_torch_peer() {
     );
     assert!(stdout.contains("α–β fit"), "{stdout}");
 }
+
+/// Ctrl-C in the middle of a sweep: the job stops, and the results file holds
+/// every size measured so far as a complete, valid document.
+#[test]
+fn ctrl_c_keeps_what_was_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let _turn = ONE_JOB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let child = common::clean_launch_env(
+        Command::new(RINGSIDE)
+            .args(["bench", "--nproc", "2", "--backend", "reference-tcp"])
+            .args(["-b", "4", "-e", "1G", "-f", "2", "-n", "50", "--json"])
+            .arg(&json),
+    )
+    .spawn()
+    .unwrap();
+    // Wait until some sizes are in the file, then interrupt like a terminal would.
+    let start = std::time::Instant::now();
+    loop {
+        let n = std::fs::read(&json)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .map_or(0, |d| d["records"].as_array().map_or(0, Vec::len));
+        if n >= 4 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no records after 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let (out, took) = common::finish(child, Duration::from_secs(60));
+    assert!(!out.status.success());
+    assert!(took < Duration::from_secs(30), "took {took:?} to stop");
+    let doc = load(&json);
+    let records = doc["records"].as_array().unwrap();
+    assert!(records.len() >= 4, "{doc}");
+    assert!(records.iter().all(|r| r["wrong"] == 0));
+}
