@@ -5,11 +5,9 @@
 //! Ranks are threads of this test, each with its own reference-backend
 //! communicator over an in-memory store, its own VarStore and its own optimizer.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use collectives::backends::{self, Options};
-use collectives::rendezvous::MemStore;
 use collectives::transport::TransportKind;
 use collectives::{Communicator, ReduceOp};
 use tch::nn::{self, ModuleT, OptimizerConfig};
@@ -26,23 +24,10 @@ fn with_ranks<T: Send>(
     body: impl Fn(usize, Box<dyn Communicator>) -> T + Sync,
 ) -> Vec<T> {
     tch::set_num_threads(1);
-    let store = Arc::new(MemStore::new(TIMEOUT));
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..world)
-            .map(|rank| {
-                let store = store.clone();
-                let body = &body;
-                s.spawn(move || {
-                    let mut opts = Options::new([7; 16]).unwrap();
-                    opts.transport = TransportKind::Shm;
-                    opts.timeout = TIMEOUT;
-                    let comm = backends::reference(store.as_ref(), rank, world, &opts).unwrap();
-                    body(rank, Box::new(comm))
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    collectives::threads::with_ranks(world, TransportKind::Shm, TIMEOUT, |rank, comm| {
+        body(rank, Box::new(comm))
     })
+    .unwrap()
 }
 
 /// The named parameters of a freshly seeded CNN: the common starting point.

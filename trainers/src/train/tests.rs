@@ -1,9 +1,7 @@
 use super::*;
-use std::sync::Arc;
 use std::time::Duration;
 
-use collectives::backends::{self, Options, reference::ReferenceComm};
-use collectives::rendezvous::MemStore;
+use collectives::backends::reference::ReferenceComm;
 use collectives::transport::TransportKind;
 use tch::Device;
 use tch::nn::VarStore;
@@ -16,24 +14,13 @@ pub(crate) fn with_ranks<T: Send>(
     world: usize,
     body: impl Fn(usize, &ReferenceComm) -> T + Sync,
 ) -> Vec<T> {
-    let timeout = Duration::from_secs(60);
-    let store = Arc::new(MemStore::new(timeout));
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..world)
-            .map(|rank| {
-                let store = store.clone();
-                let body = &body;
-                s.spawn(move || {
-                    let mut opts = Options::new([5; 16]).unwrap();
-                    opts.transport = TransportKind::Tcp;
-                    opts.timeout = timeout;
-                    let comm = backends::reference(store.as_ref(), rank, world, &opts).unwrap();
-                    body(rank, &comm)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    })
+    collectives::threads::with_ranks(
+        world,
+        TransportKind::Tcp,
+        Duration::from_secs(60),
+        |rank, comm| body(rank, &comm),
+    )
+    .unwrap()
 }
 
 fn logits(rows: &[[f32; 3]]) -> Tensor {

@@ -1,0 +1,72 @@
+//! A whole world of ranks as threads of one process: each thread gets its own
+//! reference-backend communicator over the real transport (TCP or shared
+//! memory), rendezvousing through an in-memory store. For tests, benchmarks and
+//! workshop steps that want several ranks without launching processes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backends::reference::ReferenceComm;
+use crate::backends::{self, Options};
+use crate::error::Result;
+use crate::rendezvous::MemStore;
+use crate::transport::TransportKind;
+
+/// Runs `body(rank, comm)` on `world` threads connected over `kind`, every
+/// wait bounded by `timeout`; returns each rank's result in rank order, or the
+/// first rank's error in connecting. A panic in `body` is passed on to the
+/// caller as it is.
+pub fn with_ranks<T: Send>(
+    world: usize,
+    kind: TransportKind,
+    timeout: Duration,
+    body: impl Fn(usize, ReferenceComm) -> T + Sync,
+) -> Result<Vec<T>> {
+    let store = Arc::new(MemStore::new(timeout));
+    // One token for the whole world; the store is private to this call.
+    let mut opts = Options::new([7; 16])?;
+    opts.transport = kind;
+    opts.timeout = timeout;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..world)
+            .map(|rank| {
+                let (store, body, opts) = (store.clone(), &body, &opts);
+                s.spawn(move || {
+                    let comm = backends::reference(store.as_ref(), rank, world, opts)?;
+                    Ok(body(rank, comm))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{BufferMut, Communicator, Input, ReduceOp};
+
+    #[test]
+    fn three_thread_ranks_all_reduce() {
+        let sums = with_ranks(
+            3,
+            TransportKind::Shm,
+            Duration::from_secs(30),
+            |rank, comm| {
+                let mut x = [rank as f32 + 1.0];
+                comm.all_reduce(
+                    Input::InPlace,
+                    &mut BufferMut::from_slice(&mut x),
+                    ReduceOp::Sum,
+                )
+                .unwrap();
+                x[0]
+            },
+        )
+        .unwrap();
+        assert_eq!(sums, vec![6.0; 3]);
+    }
+}
