@@ -321,15 +321,7 @@ impl GlooComm {
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
-        let g = self.inner.lock().map_err(|_| {
-            Error::Protocol("communicator poisoned by a panic in another thread".into())
-        })?;
-        if let Some(why) = &g.broken {
-            return Err(Error::Protocol(format!(
-                "this communicator failed earlier ({why}); create a new one"
-            )));
-        }
-        Ok(g)
+        super::guard::lock_usable(&self.inner, |g| g.broken.as_deref())
     }
 
     fn check_root(&self, root: usize) -> Result<i32> {

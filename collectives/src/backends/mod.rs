@@ -4,6 +4,7 @@ mod args;
 pub mod disabled;
 #[cfg(feature = "gloo")]
 pub mod gloo;
+mod guard;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 #[cfg(feature = "nccl")]
