@@ -654,8 +654,15 @@ mod tests {
         let want = tch::no_grad(|| dp.module().forward_t(&x, false));
         let got = dp.forward(&x).unwrap();
         assert_eq!(got.size(), [7, 10]);
+        // Replicas see 3+2+2 rows and libtorch's sgemm picks its kernel by row
+        // count, so rows can differ in their last bits from the 7-row batch
+        // (`train::evaluate`'s doc): a tolerance relative to the logits' size.
+        let scale = want.abs().max().double_value(&[]);
         let diff = (got - want).abs().max().double_value(&[]);
-        assert!(diff < 1e-6, "{diff}");
+        assert!(
+            diff <= 1e-5 * scale,
+            "max |Δ| {diff:e}, largest logit {scale:e}"
+        );
     }
 
     #[test]

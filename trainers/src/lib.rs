@@ -9,8 +9,9 @@
 //! * [`models`]: MLP, CNN and ResNet as named layers that split into stages at any
 //!   layer, with the same parameter names whole or split;
 //! * [`optim`], [`train`], [`metrics`], [`checkpoint`]: SGD with PyTorch's update rule,
-//!   loss/accuracy/exact evaluation, JSONL metrics, atomic verified safetensors
-//!   checkpoints that resume bit for bit;
+//!   loss/accuracy/evaluation summed exactly over ranks, JSONL metrics, atomic
+//!   verified safetensors checkpoints that resume bit for bit (same machine, same
+//!   world size);
 //! * [`ddp`] (with [`bucket`], [`comm`], [`timeline`]): DistributedDataParallel over any
 //!   `Communicator`, buckets all_reduced while backward runs, Chrome-trace timelines;
 //! * [`data_parallel`], [`pipeline`], [`hogwild`]: DataParallel over devices or CPU

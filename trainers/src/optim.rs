@@ -22,10 +22,14 @@
 //! **Rounding.** PyTorch computes each `x.add(y, alpha=a)` above as one fused
 //! multiply-add (on AVX2/AVX-512 CPUs and on CUDA); tch 0.24 exposes no `alpha`, so
 //! [`Sgd`] emulates the fused operation for `f32` in `f64` (see `add_scaled`). A test
-//! checks that the result is bit-for-bit that of libtorch's own `torch::optim::SGD`
-//! (what tch's `nn::Sgd` runs, the same formulas as Python's) for plain, momentum,
-//! weight-decay, Nesterov and dampened SGD. Bit-for-bit determinism with itself is
-//! what exact resumption from a checkpoint needs.
+//! compares the result with libtorch's own `torch::optim::SGD` (what tch's `nn::Sgd`
+//! runs, the same formulas as Python's) for plain, momentum, weight-decay, Nesterov
+//! and dampened SGD: equal to within 1e-6 after five steps, and on the AVX2 and
+//! AVX-512 machines we have run it on, equal to the bit. The bits are not promised:
+//! they hold only where libtorch's kernel really fuses the multiply-add, which a CPU
+//! without FMA (or a libtorch forced to its baseline kernels) does not. What exact
+//! resumption from a checkpoint needs holds by construction: [`Sgd`] is bit-for-bit
+//! deterministic with itself (same ops, same order, same shapes).
 
 use std::collections::BTreeMap;
 
@@ -323,10 +327,13 @@ mod tests {
     }
 
     /// Our SGD against libtorch's C++ `torch::optim::SGD` (what `nn::Sgd` builds) on
-    /// the same model, data and initial weights, for several configurations: equal
-    /// to the bit.
+    /// the same model, data and initial weights, for several configurations. Not the
+    /// same ops (ours emulates libtorch's fused multiply-add in f64), so the bits are
+    /// not promised on every CPU (see the module doc): a tolerance instead. 1e-6 is
+    /// ~10 f32 ulps of these weights (|w| < 0.1), yet 1000× below what a wrong rule
+    /// would move them (lr 0.05 × a gradient of ~1e-2 after dampening or momentum).
     #[test]
-    fn matches_libtorch_sgd_bit_for_bit() {
+    fn matches_libtorch_sgd_to_within_f32_rounding() {
         tch::set_num_threads(1);
         let data = crate::data::synthetic(32, 4).unwrap();
         let configs = [
@@ -366,14 +373,17 @@ mod tests {
             }
             let a = ours_vs.variables();
             let b = theirs_vs.variables();
+            let (mut same, mut all) = (0, 0);
             for (name, t) in &a {
                 let d = max_abs_diff(t, &b[name]);
                 assert!(
-                    t.equal(&b[name]),
-                    "{cfg:?}: {name} differs from libtorch's SGD by up to {d:e} \
-                     (does this CPU's libtorch not use FMA?)"
+                    d <= 1e-6,
+                    "{cfg:?}: {name} differs from libtorch's SGD by up to {d:e}"
                 );
+                same += t.eq_tensor(&b[name]).sum(Kind::Int64).int64_value(&[]);
+                all += t.numel() as i64;
             }
+            eprintln!("{cfg:?}: {same} of {all} weights bit-identical to libtorch's");
         }
     }
 

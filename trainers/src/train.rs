@@ -61,14 +61,16 @@ fn correct(logits: &Tensor, labels: &Tensor) -> Result<u64> {
 /// Loss sums are kept in fixed point with this many fractional bits.
 pub const LOSS_FRACTION_BITS: i32 = 32;
 
-/// Loss sum, correct predictions and example count over some examples, exact and
-/// independent of how the examples were split into batches or ranks.
+/// Loss sum, correct predictions and example count over some examples; the sum is
+/// exact and independent of how the examples were split into batches or ranks.
 ///
 /// Each example's cross-entropy (an `f32` from libtorch) is rounded to a multiple of
 /// 2^-[`LOSS_FRACTION_BITS`] and summed as an integer. Integer addition is
-/// associative, so one process over the whole set and N ranks over its shards,
-/// summed by [`all_reduce`](Tally::all_reduce), give the very same bits (given the
-/// same per-example losses), which a floating-point sum would not. Per example the
+/// associative, so the same per-example losses give the very same bits however they
+/// are grouped: summed in one process or over N ranks' shards by
+/// [`all_reduce`](Tally::all_reduce), which a floating-point sum would not promise.
+/// (The per-example losses themselves can differ in their last bits with the batch
+/// an example was evaluated in: see [`evaluate`].) Per example the
 /// rounding is below 2^-33 ≈ 1.2e-10, far below `f32` resolution near 1. A
 /// non-finite example loss makes [`loss_sum`](Tally::loss_sum) NaN; a sum too
 /// large for the fixed point (above about 2·10⁹ / world size: a diverged model)
@@ -99,8 +101,15 @@ impl Tally {
                 .f_to_device(tch::Device::Cpu)?;
             Ok((Vec::<f64>::try_from(&per)?, correct(logits, labels)?))
         })?;
+        self.add_examples(&losses, hits);
+        Ok(())
+    }
+
+    /// Adds examples given their losses and how many of them were predicted
+    /// correctly: the exact, integer part of [`add_batch`](Self::add_batch).
+    fn add_examples(&mut self, losses: &[f64], hits: u64) {
         let scale = f64::from(LOSS_FRACTION_BITS).exp2();
-        for l in losses {
+        for &l in losses {
             if !l.is_finite() {
                 self.non_finite += 1;
                 continue;
@@ -116,8 +125,7 @@ impl Tally {
             }
         }
         self.correct += hits;
-        self.count += labels.numel() as u64;
-        Ok(())
+        self.count += losses.len() as u64;
     }
 
     /// Adds another tally (e.g. one batch's) into this one.
@@ -197,6 +205,18 @@ impl Tally {
 /// Loss and accuracy of `model` (in eval mode, without gradients) over this rank's
 /// share of `data`, summed over all ranks when `comm` is given, so every rank gets
 /// the metrics of the whole set.
+///
+/// **What is exact.** The sum over ranks is exact ([`Tally`] adds in fixed point):
+/// N ranks give the very bits one process gets when it evaluates the same shards
+/// with the same batch size. What is *not* promised is that an example's logits, and
+/// so its loss, are independent of the batch it is evaluated in: libtorch's CPU
+/// `Linear` runs MKL's `sgemm`, which picks its kernel (and with it the order in
+/// which the 1,600 products of the CNN's `fc1` are summed) by the number of rows. On
+/// an AVX-512 Xeon a row's result in a batch of up to 15 rows differs in the last
+/// bits from the same row in a batch of 16 or more; with AVX2 kernels the cut-offs
+/// are elsewhere. So when the world size changes how the set is batched, the
+/// metrics agree with one process to about 1e-6 relative in loss, and exactly in
+/// accuracy except for an example whose two top logits are that close.
 ///
 /// The sampler must be in [`Tail::Exact`] mode
 /// ([`DistributedSampler::for_eval`]): padding would count some examples twice and
