@@ -5,10 +5,13 @@
 //! * `cargo xtask test` runs the set-up, then every check the project has (see
 //!   [`steps::TEST_STEPS`]), timing each.
 //! * `cargo xtask tour` runs the set-up, then the guided tour.
+//! * `cargo xtask book [--serve]` builds the book with the reader's own lab figures.
+//! * `cargo lab ...` (= `cargo xtask lab ...`): the workshop's commands ([`labs`]).
 //!
-//! The alias lives in `.cargo/config.toml`.
+//! The aliases live in `.cargo/config.toml`.
 
-mod book_check;
+mod book;
+mod labs;
 mod setup;
 mod steps;
 mod ui;
@@ -50,6 +53,18 @@ enum Task {
         #[arg(long)]
         list: bool,
     },
+    /// Build the book (mdBook, installed once per user) with your own lab figures.
+    ///
+    /// Each lab chapter shows the charts of your latest run of that lab
+    /// (results/labNN/), or a committed reference run until you have one.
+    Book {
+        /// Serve it at http://localhost:3000 and rebuild when a page changes.
+        #[arg(long)]
+        serve: bool,
+    },
+    /// The workshop's labs: list, run, check, hint, reset (`cargo lab --help`).
+    #[command(name = "lab")]
+    Lab(labs::LabArgs),
     /// Set up, then run the guided tour (`cargo run --release -p ringside -- tour`).
     Tour {
         /// Arguments passed on to `ringside tour`.
@@ -84,6 +99,14 @@ fn run(cli: Cli) -> Result<()> {
             let selected = steps::select(&skip, &only)?;
             setup::run(&root)?;
             steps::run(&root, &selected)?;
+        }
+        Task::Book { serve } => {
+            setup::run(&root)?;
+            book::build(&root, serve)?;
+        }
+        Task::Lab(args) => {
+            setup::run(&root)?;
+            labs::run(&root, args)?;
         }
         Task::Tour { args } => {
             setup::run(&root)?;

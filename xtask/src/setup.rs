@@ -228,7 +228,8 @@ fn cache_root_from(
     }
 }
 
-fn cache_root() -> Result<PathBuf> {
+/// The per-user cache folder (torch, mdbook), made absolute.
+pub fn cache_root() -> Result<PathBuf> {
     let env = |k| std::env::var_os(k);
     let dir = cache_root_from(env("RINGSIDE_CACHE"), env("XDG_CACHE_HOME"), env("HOME"))?;
     // Relative RINGSIDE_CACHE would make the links depend on the current directory.
@@ -377,9 +378,10 @@ fn verify(venv: &Path) -> Result<Facts> {
 }
 
 /// An exclusive lock on a file, released when dropped (the fd closes).
-struct Lock(#[allow(dead_code)] fs::File);
+pub struct Lock(#[allow(dead_code)] fs::File);
 
-fn lock(path: &Path) -> Result<Lock> {
+/// Takes the lock at `path`, waiting (and saying so) while another set-up holds it.
+pub fn lock(path: &Path) -> Result<Lock> {
     use std::os::fd::AsRawFd;
     let file = fs::OpenOptions::new()
         .create(true)

@@ -36,13 +36,20 @@ pub const TEST_STEPS: &[Step] = &[
     },
     Step {
         name: "book",
-        about: "every {{#include file:anchor}} in the book resolves",
-        action: Action::Xtask(crate::book_check::check),
+        about: "the book builds: includes and anchors resolve, a chapter per lab, \
+                no empty code block, every link resolves, every page renders in Chromium",
+        action: Action::Xtask(crate::book::check),
     },
     Step {
         name: "test",
         about: "every crate's unit, integration and doc tests",
         action: Action::Cargo(&["test", "--workspace"]),
+    },
+    Step {
+        name: "labs",
+        about: "every lab's starter fails its check naming its TODO, every solution \
+                passes, every quick run draws its charts",
+        action: Action::Xtask(crate::labs::gate),
     },
     Step {
         name: "clippy",

@@ -118,7 +118,11 @@ fn last_line(path: &Path) -> Option<String> {
 
 /// The last `n` lines of a file ("" when unreadable).
 pub fn tail(path: &Path, n: usize) -> String {
-    let text = read_end(path, 64 * 1024).unwrap_or_default();
+    tail_str(&read_end(path, 64 * 1024).unwrap_or_default(), n)
+}
+
+/// The last `n` lines of `text`.
+pub fn tail_str(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }

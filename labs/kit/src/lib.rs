@@ -1,0 +1,96 @@
+//! What every lab of the workshop shares, so each lab's own code is only its lesson.
+//!
+//! A lab is one package `labs/NN-name/` with the learner's file `src/exercise.rs`, the
+//! reference solution (the real code in `collectives`/`trainers` where one exists,
+//! reached through a seam), a runnable program and a self-check `tests/check.rs`.
+//! Both the program and the check pick the exercise or the solution with
+//! [`Variant::from_env`], which `cargo lab N --solution` and the test suite set.
+
+#![deny(missing_docs)]
+
+use std::fmt;
+
+/// The environment variable that selects the reference solution (`1`). Set by
+/// `cargo lab N --solution` and by the test suite's `labs` step.
+pub const SOLUTION_ENV: &str = "RINGSIDE_LAB_SOLUTION";
+
+/// Whose code a lab runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    /// The learner's `src/exercise.rs`.
+    Exercise,
+    /// The reference solution.
+    Solution,
+}
+
+impl Variant {
+    /// [`Variant::Solution`] when `RINGSIDE_LAB_SOLUTION` is `1`, else the exercise.
+    pub fn from_env() -> Variant {
+        match std::env::var(SOLUTION_ENV).as_deref() {
+            Ok("1") => Variant::Solution,
+            _ => Variant::Exercise,
+        }
+    }
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Variant::Exercise => "your exercise",
+            Variant::Solution => "the reference solution",
+        })
+    }
+}
+
+/// What a lab's exercise can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    /// A piece of the exercise the learner has not written yet.
+    #[error(
+        "TODO(lab {lab:02}): {what} is not written yet. Edit {file}, then \
+         `cargo lab check {lab}`; `cargo lab hint {lab}` if you are stuck"
+    )]
+    Todo {
+        /// The lab's number.
+        lab: u32,
+        /// Which piece.
+        what: &'static str,
+        /// The file to edit.
+        file: &'static str,
+    },
+    /// A collective or point-to-point call failed (a peer's error, a timeout).
+    #[error(transparent)]
+    Collective(#[from] collectives::Error),
+    /// The exercise ran but its result is wrong.
+    #[error("{0}")]
+    Wrong(String),
+}
+
+/// The error an unsolved piece returns: `todo(1, "all_reduce_by_hand", file!())`.
+/// Every rank returns it at once, so an unsolved lab fails fast and never hangs.
+pub fn todo(lab: u32, what: &'static str, file: &'static str) -> LabError {
+    LabError::Todo { lab, what, file }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_todo_error_names_the_marker_the_file_and_the_commands() {
+        let e = todo(
+            3,
+            "put the parameters in the shared region",
+            "labs/03-x/src/exercise.rs",
+        );
+        let s = e.to_string();
+        for part in [
+            "TODO(lab 03)",
+            "labs/03-x/src/exercise.rs",
+            "cargo lab check 3",
+            "cargo lab hint 3",
+        ] {
+            assert!(s.contains(part), "{s}");
+        }
+    }
+}
