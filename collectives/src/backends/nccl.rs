@@ -72,7 +72,7 @@ use crate::buffer::{Buffer, BufferMut, Location};
 use crate::deadline::Deadline;
 use crate::element::{DType, ReduceOp, finish_avg};
 use crate::error::{Error, Result};
-use crate::rendezvous::KeyValue;
+use crate::rendezvous::Store;
 use crate::{Backend, Collective, Communicator, Input};
 use loader::{Api, Res};
 
@@ -174,7 +174,7 @@ fn nccl_op(op: ReduceOp, native_avg: bool) -> Res {
 
 /// Connects rank `rank` of `world` to an NCCL communicator; see the module docs.
 pub fn connect(
-    store: &dyn KeyValue,
+    store: &dyn Store,
     rank: usize,
     world: usize,
     opts: &Options,
@@ -277,7 +277,7 @@ impl Drop for Inner {
 }
 
 impl NcclComm {
-    fn connect(store: &dyn KeyValue, rank: usize, world: usize, opts: &Options) -> Result<Self> {
+    fn connect(store: &dyn Store, rank: usize, world: usize, opts: &Options) -> Result<Self> {
         let count = cuda_device_count()?;
         let device = pick_device(rank, count)?;
         let api = loader::api().map_err(|e| Error::Unsupported {

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::rendezvous::KeyValue;
+use crate::rendezvous::Store;
 use crate::rendezvous::store::{
     StoreServer, TOKEN_VAR, TcpStore, Token, arrive, await_arrivals, env_var, join,
 };
@@ -508,7 +508,7 @@ pub fn connect(info: &RankInfo, timeout: Duration) -> Result<Rendezvous> {
 
 impl Rendezvous {
     /// The store, as the trait transports take.
-    pub fn store(&self) -> &dyn KeyValue {
+    pub fn store(&self) -> &dyn Store {
         &self.store
     }
 

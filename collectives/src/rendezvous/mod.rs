@@ -4,7 +4,7 @@
 //!   every wait with a timeout, a job token checked on every connection).
 //! - [`env`](mod@env): who am I — rank, world size and master address from torchrun,
 //!   OpenMPI, MPICH/PMI or Slurm variables, with explicit arguments on top.
-//! - [`KeyValue`]: the trait transports use, so they can be tested against the
+//! - [`Store`]: the trait transports use, so they can be tested against the
 //!   in-process [`MemStore`] as well as the real store.
 
 pub mod env;
@@ -18,7 +18,7 @@ use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 
 /// A key-value store shared by all ranks of a job.
-pub trait KeyValue: Send + Sync {
+pub trait Store: Send + Sync {
     /// Sets `key` to `value` (overwrites).
     fn set(&self, key: &str, value: &[u8]) -> Result<()>;
     /// Returns `key`'s value, waiting up to the store's timeout for it to be set.
@@ -52,7 +52,7 @@ impl MemStore {
     }
 }
 
-impl KeyValue for MemStore {
+impl Store for MemStore {
     fn set(&self, key: &str, value: &[u8]) -> Result<()> {
         self.lock()?.insert(key.to_owned(), value.to_vec());
         self.changed.notify_all();

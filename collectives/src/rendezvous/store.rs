@@ -1,7 +1,7 @@
 //! The TCP key-value store rank 0 hosts, and the job token that guards it.
 //!
 //! Rank 0 runs a [`StoreServer`]; every rank (rank 0 too) talks to it through a
-//! [`TcpStore`], which implements [`KeyValue`]. The server keeps everything in
+//! [`TcpStore`], which implements [`Store`]. The server keeps everything in
 //! memory and serves each connection on its own thread, so a `get` that waits
 //! for a key blocks only its own connection.
 //!
@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::rendezvous::{KeyValue, parse_i64};
+use crate::rendezvous::{Store, parse_i64};
 
 /// The environment variable that carries the job token to every rank.
 pub const TOKEN_VAR: &str = "RINGSIDE_JOB_TOKEN";
@@ -763,7 +763,7 @@ struct Conn {
     broken: Option<String>,
 }
 
-/// A connection to the store; implements [`KeyValue`]. Methods take `&self`
+/// A connection to the store; implements [`Store`]. Methods take `&self`
 /// (a mutex serialises requests), so one client can be shared by threads.
 pub struct TcpStore {
     conn: Mutex<Conn>,
@@ -870,7 +870,7 @@ impl TcpStore {
         self.timeout
     }
 
-    /// Like [`KeyValue::get`] but waiting at most `wait` for the key.
+    /// Like [`Store::get`] but waiting at most `wait` for the key.
     pub fn get_timeout(&self, key: &str, wait: Duration) -> Result<Vec<u8>> {
         let body = Body::default()
             .u8(OP_GET)
@@ -971,7 +971,7 @@ impl TcpStore {
     }
 }
 
-impl KeyValue for TcpStore {
+impl Store for TcpStore {
     fn set(&self, key: &str, value: &[u8]) -> Result<()> {
         TcpStore::check_key(key)?;
         let body = Body::default()
@@ -1063,7 +1063,7 @@ fn dial(host: &str, port: u16, endpoint: &str, deadline: &Deadline) -> Result<Tc
 ///
 /// Each barrier needs its own `prefix`: the counters under it are never reset.
 pub fn join(
-    store: &dyn KeyValue,
+    store: &dyn Store,
     prefix: &str,
     rank: usize,
     world_size: usize,
@@ -1079,7 +1079,7 @@ pub fn join(
 }
 
 /// Marks `rank` as arrived at barrier `prefix`; returns how many have arrived.
-pub(crate) fn arrive(store: &dyn KeyValue, prefix: &str, rank: usize) -> Result<i64> {
+pub(crate) fn arrive(store: &dyn Store, prefix: &str, rank: usize) -> Result<i64> {
     // Per-rank markers let a timed-out barrier say who is missing.
     store.add(&format!("{prefix}/rank/{rank}"), 1)?;
     store.add(&format!("{prefix}/count"), 1)
@@ -1088,7 +1088,7 @@ pub(crate) fn arrive(store: &dyn KeyValue, prefix: &str, rank: usize) -> Result<
 /// Waits until `expected` ranks (of `world_size`) have arrived at `prefix`,
 /// naming the missing ones on timeout.
 pub(crate) fn await_arrivals(
-    store: &dyn KeyValue,
+    store: &dyn Store,
     prefix: &str,
     mut arrived: i64,
     expected: usize,

@@ -51,7 +51,7 @@ use std::time::{Duration, Instant};
 use super::{FLAG_ABORT, Frame, HEADER_LEN, Sink, Tag, Transport, TransportOptions, futex};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::rendezvous::KeyValue;
+use crate::rendezvous::Store;
 
 /// Ring capacity per directed pair when the world is small (bytes).
 ///
@@ -344,7 +344,7 @@ impl ShmTransport {
     /// creates the segment and publishes its name under `"{prefix}shm/name"`;
     /// the prefix must be fresh for every communicator.
     pub fn connect(
-        store: &dyn KeyValue,
+        store: &dyn Store,
         rank: usize,
         world_size: usize,
         opts: &TransportOptions,
@@ -356,7 +356,7 @@ impl ShmTransport {
     /// directed pair (a power of two in `MIN_RING_BYTES..=MAX_RING_BYTES`).
     /// Only rank 0's choice counts; the others read it from the segment.
     pub fn connect_with_ring_bytes(
-        store: &dyn KeyValue,
+        store: &dyn Store,
         rank: usize,
         world_size: usize,
         opts: &TransportOptions,
@@ -379,7 +379,7 @@ impl ShmTransport {
 
     fn connect_in(
         dir: &Path,
-        store: &dyn KeyValue,
+        store: &dyn Store,
         rank: usize,
         world: usize,
         opts: &TransportOptions,
@@ -1258,7 +1258,7 @@ fn claim_rank(seg: &Segment, layout: &Layout, rank: usize) -> Result<()> {
 }
 
 /// Store barrier: count arrivals; the last one opens the gate.
-fn barrier(store: &dyn KeyValue, prefix: &str, ready_key: &str, world: usize) -> Result<()> {
+fn barrier(store: &dyn Store, prefix: &str, ready_key: &str, world: usize) -> Result<()> {
     let n = store.add(&format!("{prefix}shm/attached"), 1)?;
     if n == world as i64 {
         store.set(ready_key, b"ok")?;
@@ -1737,7 +1737,7 @@ mod tests {
         }
     }
 
-    impl KeyValue for DirStore {
+    impl Store for DirStore {
         fn set(&self, key: &str, value: &[u8]) -> Result<()> {
             let tmp = self.dir.join(format!(
                 "tmp-{}-{:?}",

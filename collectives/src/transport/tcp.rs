@@ -38,7 +38,7 @@ use crate::Collective;
 use crate::deadline::Deadline;
 use crate::element::DType;
 use crate::error::{Error, Result};
-use crate::rendezvous::KeyValue;
+use crate::rendezvous::Store;
 
 /// Staging buffer for reductions: small enough to stay in L2 while the
 /// reduction reads it back, large enough that syscalls stay a small cost.
@@ -110,7 +110,7 @@ impl TcpTransport {
     /// token, another communicator, different world size), with
     /// [`Error::Timeout`] if peers do not show up within `opts.timeout`.
     pub fn connect(
-        store: &dyn KeyValue,
+        store: &dyn Store,
         rank: usize,
         world_size: usize,
         opts: &TransportOptions,
