@@ -48,10 +48,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 use std::time::{Duration, Instant};
 
-use super::{FLAG_ABORT, Frame, HEADER_LEN, Sink, Tag, Transport, TransportOptions, futex};
+use super::{FLAG_ABORT, Frame, HEADER_LEN, Sink, Tag, Transport, TransportOptions};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::rendezvous::Store;
+use crate::sys::futex;
 
 /// Ring capacity per directed pair when the world is small (bytes).
 ///
