@@ -72,7 +72,7 @@ use crate::buffer::{Buffer, BufferMut, Location};
 use crate::deadline::Deadline;
 use crate::element::{DType, ReduceOp, finish_avg};
 use crate::error::{Error, Result};
-use crate::rendezvous::Store;
+use crate::rendezvous::{Store, barrier};
 use crate::{Backend, Collective, Communicator, Input};
 use loader::{Api, Res};
 
@@ -333,10 +333,13 @@ impl NcclComm {
         }
         // Everyone reaches the store before anyone enters ncclCommInitRank, which
         // would otherwise wait without a bound for a rank that never comes.
-        store.set(&format!("{}nccl/arrived/{rank}", opts.prefix), b"1")?;
-        for r in 0..world {
-            store.get(&format!("{}nccl/arrived/{r}", opts.prefix))?;
-        }
+        barrier::join(
+            store,
+            &format!("{}nccl/arrived", opts.prefix),
+            rank,
+            world,
+            opts.timeout,
+        )?;
         let mut comm: ncclComm_t = std::ptr::null_mut();
         // SAFETY: the device's context is current; `id` is the job's unique id.
         let rc = unsafe { (api.comm_init_rank)(&mut comm, world as i32, id, rank as i32) };

@@ -33,9 +33,8 @@ use std::time::Duration;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::rendezvous::Store;
-use crate::rendezvous::store::{
-    StoreServer, TOKEN_VAR, TcpStore, Token, arrive, await_arrivals, env_var, join,
-};
+use crate::rendezvous::barrier::{arrive, await_arrivals, join};
+use crate::rendezvous::store::{StoreServer, TOKEN_VAR, TcpStore, Token, env_var};
 
 /// The default `MASTER_ADDR`.
 pub const DEFAULT_MASTER_ADDR: &str = "127.0.0.1";

@@ -1,0 +1,27 @@
+//! The TCP key-value store rank 0 hosts, and the job token that guards it.
+//!
+//! Rank 0 runs a [`StoreServer`]; every rank (rank 0 too) talks to it through a
+//! [`TcpStore`], which implements [`Store`](crate::rendezvous::Store). The
+//! server keeps everything in memory and serves each connection on its own
+//! thread, so a `get` that waits for a key blocks only its own connection.
+//!
+//! - [`token`](self::token): the job token every connection presents.
+//! - [`wire`](self::wire): the framing and message layout both sides speak.
+//! - [`server`](self::server): the store rank 0 hosts.
+//! - [`client`](self::client): every rank's connection to it.
+//!
+//! The token travels in clear text: it keeps other jobs and stray connections
+//! out of the store, not an attacker who can read the network.
+
+mod client;
+mod server;
+mod token;
+mod wire;
+
+#[cfg(test)]
+mod tests;
+
+pub use client::TcpStore;
+pub use server::StoreServer;
+pub(crate) use token::env_var;
+pub use token::{TOKEN_VAR, Token};
