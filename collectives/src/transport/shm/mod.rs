@@ -68,7 +68,7 @@ use crate::rendezvous::{Store, barrier};
 
 /// Ring capacity per directed pair when the world is small (bytes).
 ///
-/// Tuned with `shm_bench_two_processes` (bottom of this file) on a 2-core
+/// Tuned with `shm_bench_two_processes` (in `tests/processes.rs`) on a 2-core
 /// EPYC VM: rings of 256 KiB to 2 MiB with 32 to 128 KiB chunks all gave
 /// the same 2-rank all-reduce bandwidth within noise (~26 GB/s at 1 MiB,
 /// ~24 GB/s at 4 MiB), so this is the middle: room for a sender to run ahead

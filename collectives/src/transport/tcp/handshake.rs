@@ -19,7 +19,7 @@ use crate::sys::dial::{self, DialError, Redial};
 use crate::sys::{is_timeout, wait_readable};
 
 /// SO_SNDBUF/SO_RCVBUF we ask for (Linux doubles it for bookkeeping; `None`
-/// would leave autotuning on). Measured with `bench_loopback` on a 2-core VM:
+/// would leave autotuning on). Measured with `bench_loopback` (tests.rs) on a 2-core VM:
 /// 1 MiB streamed as fast as autotuning or faster (up to ~1.4x at 16-64 MiB),
 /// while 4 MiB was no better than autotuning, likely because a smaller window
 /// keeps the bytes in flight in cache. 2 MiB effective still covers the
