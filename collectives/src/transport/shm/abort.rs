@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::sys::futex;
 
 impl ShmTransport {
+    /// Fails with [`Error::PeerAborted`] once any rank has claimed the abort word.
     pub(super) fn check_abort(&self) -> Result<()> {
         let w = self.seg.u32_at(OFF_ABORT).load(Ordering::Acquire);
         if w == 0 {

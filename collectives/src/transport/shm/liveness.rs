@@ -11,6 +11,7 @@ use super::ShmTransport;
 use super::ring::{Rx, Stage, Tx};
 use super::segment::{Layout, R_PID, R_PIDNS, R_START, Segment};
 use crate::error::{Error, Result};
+use crate::sys::cvt;
 use crate::transport::Tag;
 
 /// How often a sleeping waiter looks at `/proc` for its peer.
@@ -110,7 +111,7 @@ fn process_gone(pid: u32, start: u64) -> Option<String> {
             // whether the pid exists.
             // SAFETY: kill with signal 0 sends nothing.
             let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
-            let gone = rc == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+            let gone = cvt(rc as isize).is_err_and(|e| e.raw_os_error() == Some(libc::ESRCH));
             gone.then(|| format!("process {pid} has exited"))
         }
     }
