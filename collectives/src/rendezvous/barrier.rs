@@ -109,32 +109,11 @@ pub(crate) fn await_arrivals(
 
 #[cfg(test)]
 mod tests {
-    use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
     use std::time::Instant;
 
     use super::*;
     use crate::rendezvous::MemStore;
-    use crate::rendezvous::store::{StoreServer, TcpStore, Token};
-
-    fn token() -> Token {
-        Token::from_bytes([7; 16])
-    }
-
-    fn server(world: usize) -> StoreServer {
-        let addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0));
-        StoreServer::bind(addr, token(), world).unwrap()
-    }
-
-    fn client(s: &StoreServer, rank: usize, world: usize, timeout: Duration) -> Result<TcpStore> {
-        TcpStore::connect(
-            "127.0.0.1",
-            s.local_addr().port(),
-            &token(),
-            rank,
-            world,
-            timeout,
-        )
-    }
+    use crate::rendezvous::store::tests::{client, server};
 
     #[test]
     fn join_waits_for_everyone_and_names_latecomers() {

@@ -18,8 +18,9 @@ mod server;
 mod token;
 mod wire;
 
+/// Also the fixtures (a loopback server, its clients) other modules' tests use.
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use client::TcpStore;
 pub use server::StoreServer;

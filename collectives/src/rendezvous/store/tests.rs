@@ -11,16 +11,24 @@ use super::*;
 use crate::error::{Error, Result};
 use crate::rendezvous::Store;
 
-fn token() -> Token {
+/// The token every test store and client uses.
+pub(crate) fn token() -> Token {
     Token::from_bytes([7; 16])
 }
 
-fn server(world: usize) -> StoreServer {
+/// A store on a free loopback port for a world of `world` ranks.
+pub(crate) fn server(world: usize) -> StoreServer {
     let addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0));
     StoreServer::bind(addr, token(), world).unwrap()
 }
 
-fn client(s: &StoreServer, rank: usize, world: usize, timeout: Duration) -> Result<TcpStore> {
+/// Connects `rank` of `world` to the test store `s`.
+pub(crate) fn client(
+    s: &StoreServer,
+    rank: usize,
+    world: usize,
+    timeout: Duration,
+) -> Result<TcpStore> {
     TcpStore::connect(
         "127.0.0.1",
         s.local_addr().port(),
