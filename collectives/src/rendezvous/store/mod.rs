@@ -5,10 +5,10 @@
 //! server keeps everything in memory and serves each connection on its own
 //! thread, so a `get` that waits for a key blocks only its own connection.
 //!
-//! - [`token`](self::token): the job token every connection presents.
-//! - [`wire`](self::wire): the framing and message layout both sides speak.
-//! - [`server`](self::server): the store rank 0 hosts.
-//! - [`client`](self::client): every rank's connection to it.
+//! - `token.rs`: the job token every connection presents.
+//! - `wire.rs`: the framing and message layout both sides speak.
+//! - `server.rs`: the store rank 0 hosts.
+//! - `client.rs`: every rank's connection to it.
 //!
 //! The token travels in clear text: it keeps other jobs and stray connections
 //! out of the store, not an attacker who can read the network.

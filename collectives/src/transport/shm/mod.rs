@@ -40,11 +40,11 @@
 //! spinning against each other, and a SIGKILLed peer is noticed in ~100 ms.
 //!
 //! # Where things are
-//! - [`segment`](self::segment): the file, its layout, creating and checking it.
-//! - [`ring`](self::ring): the single-producer/single-consumer byte rings.
-//! - [`wait`](self::wait): spinning, yielding and sleeping on the doorbell.
-//! - [`liveness`](self::liveness): noticing that a peer's process has died.
-//! - [`abort`](self::abort): the abort word every rank watches.
+//! - `segment.rs`: the file, its layout, creating and checking it.
+//! - `ring.rs`: the single-producer/single-consumer byte rings.
+//! - `wait.rs`: spinning, yielding and sleeping on the doorbell.
+//! - `liveness.rs`: noticing that a peer's process has died.
+//! - `abort.rs`: the abort word every rank watches.
 
 mod abort;
 mod liveness;

@@ -27,12 +27,12 @@
 //! stalled one fails with [`Error::Timeout`] naming the peer and the frame.
 //!
 //! # Where things are
-//! - [`handshake`](self::handshake): listening, dialling, and the hello that
+//! - `handshake.rs`: listening, dialling, and the hello that
 //!   keeps strangers and other jobs out of the mesh.
-//! - [`progress`](self::progress): one frame out and one frame in, driven
+//! - `progress.rs`: one frame out and one frame in, driven
 //!   together by one non-blocking loop.
-//! - [`abort`](self::abort): telling peers we give up, and noticing when they do.
-//! - The raw `sendmsg`/`recvmsg` calls are in [`crate::sys::socket`].
+//! - `abort.rs`: telling peers we give up, and noticing when they do.
+//! - The raw `sendmsg`/`recvmsg` calls are in `collectives/src/sys/socket.rs`.
 
 mod abort;
 mod handshake;
