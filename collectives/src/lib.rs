@@ -37,6 +37,7 @@ pub mod error;
 pub mod job;
 pub mod launch;
 pub mod rendezvous;
+mod sys;
 pub mod threads;
 pub mod transport;
 

@@ -2,7 +2,7 @@
 //! (`gloo_shim.cc`, bridged with `cxx`).
 //!
 //! **Rendezvous** goes through ringside's own store: the shim's
-//! `gloo::rendezvous::Store` subclass calls back into [`KeyValue`] (keys under
+//! `gloo::rendezvous::Store` subclass calls back into [`Store`] (keys under
 //! `{opts.prefix}gloo/`), so multi-node jobs need no shared filesystem.
 //! **Transport** is Gloo's TCP device, on the interface named by
 //! `GLOO_SOCKET_IFNAME` (as PyTorch reads it), else on `opts.listen_ip`.
@@ -61,7 +61,7 @@ use crate::backends::Options;
 use crate::buffer::{Buffer, BufferMut};
 use crate::element::{ReduceOp, finish_avg};
 use crate::error::{Error, Result};
-use crate::rendezvous::KeyValue;
+use crate::rendezvous::Store;
 use crate::{Backend, Communicator, Input};
 
 const B: Backend = Backend::Gloo;
@@ -143,7 +143,7 @@ unsafe impl Send for ffi::Comm {}
 
 /// Our store as Gloo's rendezvous sees it (only alive during [`connect`]).
 pub struct Kv<'a> {
-    store: &'a dyn KeyValue,
+    store: &'a dyn Store,
     prefix: String,
     /// The first store error, kept typed (a C++ exception would flatten it).
     first_error: Mutex<Option<Error>>,
@@ -221,7 +221,7 @@ impl GlooAlgo {
 
 /// Connects a Gloo communicator among `world` ranks sharing `store`.
 pub fn connect(
-    store: &dyn KeyValue,
+    store: &dyn Store,
     rank: usize,
     world: usize,
     opts: &Options,
@@ -268,7 +268,7 @@ fn op_code(op: ReduceOp) -> u8 {
 impl GlooComm {
     /// Rendezvous through `store` and connect Gloo's TCP full mesh.
     pub fn connect(
-        store: &dyn KeyValue,
+        store: &dyn Store,
         rank: usize,
         world: usize,
         opts: &Options,

@@ -200,7 +200,7 @@ void with_dtype(uint8_t dtype, F&& f) {
   throw std::invalid_argument("unknown dtype code");
 }
 
-// A Gloo store whose every operation is a call into ringside's KeyValue store.
+// A Gloo store whose every operation is a call into ringside's Store.
 class RustStore : public gloo::rendezvous::Store {
  public:
   explicit RustStore(const Kv& kv) : kv_(kv) {}

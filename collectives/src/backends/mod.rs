@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::algorithms::Algo;
 use crate::error::{Error, Result};
-use crate::rendezvous::KeyValue;
+use crate::rendezvous::Store;
 use crate::transport::shm::ShmTransport;
 use crate::transport::tcp::TcpTransport;
 use crate::transport::{Transport, TransportKind, TransportOptions};
@@ -73,7 +73,7 @@ impl Options {
 /// Connects a communicator of `backend` among `world` ranks that share `store`.
 pub fn connect(
     backend: Backend,
-    store: &dyn KeyValue,
+    store: &dyn Store,
     rank: usize,
     world: usize,
     opts: &Options,
@@ -97,7 +97,7 @@ pub fn connect(
 
 /// Connects the reference backend, resolving `TransportKind::Auto`.
 pub fn reference(
-    store: &dyn KeyValue,
+    store: &dyn Store,
     rank: usize,
     world: usize,
     opts: &Options,
@@ -129,7 +129,7 @@ pub fn reference(
 }
 
 /// Whether every rank runs on this host (same hostname and boot id).
-fn all_on_this_host(store: &dyn KeyValue, rank: usize, world: usize, prefix: &str) -> Result<bool> {
+fn all_on_this_host(store: &dyn Store, rank: usize, world: usize, prefix: &str) -> Result<bool> {
     let me = host_identity();
     store.set(&format!("{prefix}host/{rank}"), me.as_bytes())?;
     for r in 0..world {

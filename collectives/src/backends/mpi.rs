@@ -45,7 +45,7 @@ use crate::backends::Options;
 use crate::buffer::{Buffer, BufferMut};
 use crate::element::{DType, ReduceOp, finish_avg, reduce_into};
 use crate::error::{Error, Result};
-use crate::rendezvous::KeyValue;
+use crate::rendezvous::Store;
 use crate::{Backend, Communicator, Input};
 
 const B: Backend = Backend::Mpi;
@@ -61,7 +61,7 @@ const TAG: c_int = 0;
 /// Connects an MPI communicator. `rank` and `world` (from ringside's launcher
 /// discovery) must match what MPI says; the store and options are not used.
 pub fn connect(
-    _store: &dyn KeyValue,
+    _store: &dyn Store,
     rank: usize,
     world: usize,
     _opts: &Options,

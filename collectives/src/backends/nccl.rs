@@ -72,7 +72,7 @@ use crate::buffer::{Buffer, BufferMut, Location};
 use crate::deadline::Deadline;
 use crate::element::{DType, ReduceOp, finish_avg};
 use crate::error::{Error, Result};
-use crate::rendezvous::KeyValue;
+use crate::rendezvous::{Store, barrier};
 use crate::{Backend, Collective, Communicator, Input};
 use loader::{Api, Res};
 
@@ -174,7 +174,7 @@ fn nccl_op(op: ReduceOp, native_avg: bool) -> Res {
 
 /// Connects rank `rank` of `world` to an NCCL communicator; see the module docs.
 pub fn connect(
-    store: &dyn KeyValue,
+    store: &dyn Store,
     rank: usize,
     world: usize,
     opts: &Options,
@@ -277,7 +277,7 @@ impl Drop for Inner {
 }
 
 impl NcclComm {
-    fn connect(store: &dyn KeyValue, rank: usize, world: usize, opts: &Options) -> Result<Self> {
+    fn connect(store: &dyn Store, rank: usize, world: usize, opts: &Options) -> Result<Self> {
         let count = cuda_device_count()?;
         let device = pick_device(rank, count)?;
         let api = loader::api().map_err(|e| Error::Unsupported {
@@ -333,10 +333,13 @@ impl NcclComm {
         }
         // Everyone reaches the store before anyone enters ncclCommInitRank, which
         // would otherwise wait without a bound for a rank that never comes.
-        store.set(&format!("{}nccl/arrived/{rank}", opts.prefix), b"1")?;
-        for r in 0..world {
-            store.get(&format!("{}nccl/arrived/{r}", opts.prefix))?;
-        }
+        barrier::join(
+            store,
+            &format!("{}nccl/arrived", opts.prefix),
+            rank,
+            world,
+            opts.timeout,
+        )?;
         let mut comm: ncclComm_t = std::ptr::null_mut();
         // SAFETY: the device's context is current; `id` is the job's unique id.
         let rc = unsafe { (api.comm_init_rank)(&mut comm, world as i32, id, rank as i32) };

@@ -4,9 +4,12 @@
 //!   every wait with a timeout, a job token checked on every connection).
 //! - [`env`](mod@env): who am I — rank, world size and master address from torchrun,
 //!   OpenMPI, MPICH/PMI or Slurm variables, with explicit arguments on top.
-//! - [`KeyValue`]: the trait transports use, so they can be tested against the
+//! - [`barrier`]: the one store barrier (everyone arrives, or whoever gave up
+//!   says why, or the latecomers are named).
+//! - [`Store`]: the trait transports use, so they can be tested against the
 //!   in-process [`MemStore`] as well as the real store.
 
+pub mod barrier;
 pub mod env;
 pub mod store;
 
@@ -17,8 +20,9 @@ use std::time::Duration;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 
-/// A key-value store shared by all ranks of a job.
-pub trait KeyValue: Send + Sync {
+/// A key-value store shared by all ranks of a job (Gloo and the design notes
+/// call it the store too).
+pub trait Store: Send + Sync {
     /// Sets `key` to `value` (overwrites).
     fn set(&self, key: &str, value: &[u8]) -> Result<()>;
     /// Returns `key`'s value, waiting up to the store's timeout for it to be set.
@@ -52,7 +56,7 @@ impl MemStore {
     }
 }
 
-impl KeyValue for MemStore {
+impl Store for MemStore {
     fn set(&self, key: &str, value: &[u8]) -> Result<()> {
         self.lock()?.insert(key.to_owned(), value.to_vec());
         self.changed.notify_all();

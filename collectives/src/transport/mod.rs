@@ -8,7 +8,6 @@
 //! that receives a message from a peer that called something else fails with
 //! [`Error::Mismatch`] at once instead of reducing garbage.
 
-mod futex;
 pub mod shm;
 pub mod tcp;
 

@@ -1,0 +1,280 @@
+//! The rings: one single-producer/single-consumer byte ring per directed pair
+//! of ranks. The producer copies a frame in (header whole, then the payload a
+//! chunk at a time) and publishes `head`; the consumer copies or reduces
+//! straight out of the ring and publishes `tail`. Each side re-reads the
+//! other's position only when what it last saw is not enough.
+
+use std::sync::atomic::Ordering;
+
+use super::ShmTransport;
+use super::segment::REASON_MAX;
+use crate::error::{Error, Result};
+use crate::transport::{FLAG_ABORT, Frame, HEADER_LEN, Sink, Tag};
+
+/// Our side of one ring: our own position and the last seen position of the
+/// other side (re-read only when it is not enough, to avoid cache misses).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Cursor {
+    pub(super) pos: u64,
+    pub(super) seen: u64,
+}
+
+/// A message being written: header, payload, padding, as one byte stream.
+pub(super) struct Tx<'a> {
+    pub(super) peer: usize,
+    pub(super) hdr: [u8; HEADER_LEN],
+    pub(super) payload: &'a [u8],
+    pub(super) pos: usize,
+    pub(super) end: usize,
+}
+
+impl Tx<'_> {
+    pub(super) fn done(&self) -> bool {
+        self.pos == self.end
+    }
+    /// Free bytes needed before writing anything: the header goes in whole so
+    /// the receiver never waits on half a header.
+    pub(super) fn min_room(&self) -> usize {
+        if self.pos < HEADER_LEN {
+            HEADER_LEN - self.pos
+        } else {
+            8
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Stage {
+    Header,
+    Payload(usize),
+    Done,
+}
+
+/// A message being received.
+pub(super) struct Rx<'a> {
+    pub(super) peer: usize,
+    pub(super) sink: Sink<'a>,
+    pub(super) want: usize,
+    pub(super) stage: Stage,
+}
+
+impl ShmTransport {
+    /// The consumer's position in our ring to `peer`, checked against ours.
+    fn load_tail(&self, peer: usize, pos: u64) -> Result<u64> {
+        let tail = self
+            .seg
+            .u64_at(self.layout.tail(self.rank, peer))
+            .load(Ordering::Acquire);
+        if tail > pos || pos - tail > self.layout.cap as u64 {
+            return Err(self.corrupt(self.rank, peer, pos, tail));
+        }
+        Ok(tail)
+    }
+
+    /// The producer's position in `peer`'s ring to us, checked against ours.
+    fn load_head(&self, peer: usize, pos: u64) -> Result<u64> {
+        let head = self
+            .seg
+            .u64_at(self.layout.head(peer, self.rank))
+            .load(Ordering::Acquire);
+        if head < pos || head - pos > self.layout.cap as u64 {
+            return Err(self.corrupt(peer, self.rank, head, pos));
+        }
+        Ok(head)
+    }
+
+    #[cold]
+    fn corrupt(&self, from: usize, to: usize, head: u64, tail: u64) -> Error {
+        Error::Protocol(format!(
+            "shared-memory ring from rank {from} to rank {to} is corrupt (head {head}, tail {tail}, \
+             capacity {}): something wrote into the segment out of turn",
+            self.layout.cap
+        ))
+    }
+
+    /// Writes as much of `t` as fits (at most one chunk) and publishes it.
+    pub(super) fn push(&mut self, t: &mut Tx<'_>) -> Result<bool> {
+        let cap = self.layout.cap;
+        let mut c = self.out[t.peer];
+        let want = (t.end - t.pos).min(self.chunk);
+        let mut free = cap - (c.pos - c.seen) as usize;
+        if free < want {
+            c.seen = self.load_tail(t.peer, c.pos)?;
+            free = cap - (c.pos - c.seen) as usize;
+        }
+        if free < t.min_room() {
+            self.out[t.peer] = c;
+            return Ok(false);
+        }
+        let n = want.min(free);
+        let ring = self.seg.ptr(self.layout.ring(self.rank, t.peer));
+        // Stream = header ++ payload ++ padding; padding bytes are never read.
+        let mut s = t.pos;
+        let end = t.pos + n;
+        let mut at = c.pos;
+        while s < end {
+            let src: &[u8] = if s < HEADER_LEN {
+                &t.hdr[s..]
+            } else if s - HEADER_LEN < t.payload.len() {
+                &t.payload[s - HEADER_LEN..]
+            } else {
+                break;
+            };
+            let k = src.len().min(end - s);
+            // SAFETY: [at, at+k) lies in ring space the consumer has released
+            // (free >= n) and that only this rank writes.
+            unsafe { copy_into_ring(ring, cap, at, &src[..k]) };
+            s += k;
+            at += k as u64;
+        }
+        c.pos += n as u64;
+        t.pos += n;
+        self.out[t.peer] = c;
+        self.seg
+            .u64_at(self.layout.head(self.rank, t.peer))
+            .store(c.pos, Ordering::Release);
+        self.notify(t.peer);
+        Ok(true)
+    }
+
+    /// Consumes what has arrived for `r` (the header, then at most one chunk).
+    pub(super) fn pull(&mut self, tag: &Tag, r: &mut Rx<'_>) -> Result<bool> {
+        let cap = self.layout.cap;
+        let ring = self.seg.ptr(self.layout.ring(r.peer, self.rank));
+        let mut c = self.inc[r.peer];
+        let start = c.pos;
+        if r.stage == Stage::Header {
+            if ((c.seen - c.pos) as usize) < HEADER_LEN {
+                c.seen = self.load_head(r.peer, c.pos)?;
+            }
+            let avail = (c.seen - c.pos) as usize;
+            if avail < HEADER_LEN {
+                self.inc[r.peer] = c;
+                return Ok(false);
+            }
+            let mut h = [0u8; HEADER_LEN];
+            // SAFETY: published bytes [pos, pos+32) belong to us until we
+            // advance the tail.
+            unsafe { copy_from_ring(ring, cap, c.pos, &mut h) };
+            let frame = Frame::decode(&h)?;
+            if frame.flags & FLAG_ABORT != 0 {
+                let len = (frame.len as usize).min(avail - HEADER_LEN).min(REASON_MAX);
+                let mut reason = vec![0u8; len];
+                // SAFETY: as above, within the published bytes.
+                unsafe { copy_from_ring(ring, cap, c.pos + HEADER_LEN as u64, &mut reason) };
+                return Err(Error::PeerAborted {
+                    rank: r.peer,
+                    reason: String::from_utf8_lossy(&reason).into_owned(),
+                });
+            }
+            frame.expect(r.peer, tag, r.want)?;
+            c.pos += HEADER_LEN as u64;
+            r.stage = if r.want == 0 {
+                Stage::Done
+            } else {
+                Stage::Payload(0)
+            };
+        }
+        if let Stage::Payload(done) = r.stage {
+            let left = r.want - done;
+            if ((c.seen - c.pos) as usize) < left.min(self.chunk) {
+                c.seen = self.load_head(r.peer, c.pos)?;
+            }
+            let take = ((c.seen - c.pos) as usize).min(left).min(self.chunk);
+            if take > 0 {
+                let off = (c.pos as usize) & (cap - 1);
+                let first = take.min(cap - off);
+                // SAFETY: [pos, pos+take) is published and ours until the tail
+                // moves; the producer does not write it meanwhile. Both pieces
+                // start 8-aligned, so reductions see whole elements.
+                unsafe {
+                    r.sink
+                        .absorb(done, std::slice::from_raw_parts(ring.add(off), first));
+                    if first < take {
+                        r.sink
+                            .absorb(done + first, std::slice::from_raw_parts(ring, take - first));
+                    }
+                }
+                let done = done + take;
+                if done == r.want {
+                    // The producer published the padding with the last bytes.
+                    c.pos += take.next_multiple_of(8) as u64;
+                    r.stage = Stage::Done;
+                } else {
+                    c.pos += take as u64;
+                    r.stage = Stage::Payload(done);
+                }
+            }
+        }
+        self.inc[r.peer] = c;
+        if c.pos == start {
+            return Ok(false);
+        }
+        self.seg
+            .u64_at(self.layout.tail(r.peer, self.rank))
+            .store(c.pos, Ordering::Release);
+        self.notify(r.peer);
+        Ok(true)
+    }
+
+    /// Whether a poll could progress now (read fresh from shared memory).
+    pub(super) fn can_progress(&self, tx: Option<&Tx<'_>>, rx: Option<&Rx<'_>>) -> bool {
+        if let Some(t) = tx.filter(|t| !t.done()) {
+            let c = self.out[t.peer];
+            let tail = self
+                .seg
+                .u64_at(self.layout.tail(self.rank, t.peer))
+                .load(Ordering::Acquire);
+            // An impossible position also counts: the poll reports it.
+            let used = c.pos.wrapping_sub(tail);
+            if used > self.layout.cap as u64 || self.layout.cap - used as usize >= t.min_room() {
+                return true;
+            }
+        }
+        if let Some(r) = rx.filter(|r| r.stage != Stage::Done) {
+            let c = self.inc[r.peer];
+            let head = self
+                .seg
+                .u64_at(self.layout.head(r.peer, self.rank))
+                .load(Ordering::Acquire);
+            let need = if r.stage == Stage::Header {
+                HEADER_LEN as u64
+            } else {
+                1
+            };
+            if head.wrapping_sub(c.pos) >= need {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// Copies `src` into the ring at stream position `at`, wrapping at `cap`.
+///
+/// # Safety
+/// `ring` must point at `cap` writable bytes (cap a power of two), and the
+/// range must be ring space this rank owns.
+unsafe fn copy_into_ring(ring: *mut u8, cap: usize, at: u64, src: &[u8]) {
+    let off = (at as usize) & (cap - 1);
+    let first = src.len().min(cap - off);
+    // SAFETY: per the contract; both pieces stay inside the ring.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src.as_ptr(), ring.add(off), first);
+        std::ptr::copy_nonoverlapping(src.as_ptr().add(first), ring, src.len() - first);
+    }
+}
+
+/// Copies ring bytes at stream position `at` into `dst`, wrapping at `cap`.
+///
+/// # Safety
+/// As [`copy_into_ring`], for bytes published to this rank.
+unsafe fn copy_from_ring(ring: *const u8, cap: usize, at: u64, dst: &mut [u8]) {
+    let off = (at as usize) & (cap - 1);
+    let first = dst.len().min(cap - off);
+    // SAFETY: per the contract.
+    unsafe {
+        std::ptr::copy_nonoverlapping(ring.add(off), dst.as_mut_ptr(), first);
+        std::ptr::copy_nonoverlapping(ring, dst.as_mut_ptr().add(first), dst.len() - first);
+    }
+}

@@ -1,0 +1,241 @@
+//! A full mesh of TCP connections, one per pair of ranks.
+//!
+//! # Setting up
+//! Every rank listens on `listen_ip` (port 0, so the OS picks a free port) and
+//! publishes `"{prefix}tcp/{rank}"` = `"ip:port"` in the store. Rank `i` dials
+//! every rank `j < i` and accepts every rank `j > i`, so each pair gets exactly
+//! one connection. Each dial is pipelined: we send our hello to all lower ranks
+//! first, then accept the higher ranks, then read the lower ranks' replies, so
+//! no rank waits on a chain of other ranks' handshakes.
+//!
+//! The hello carries the job token, a hash of the store prefix, the world size,
+//! the sender's rank and the rank it meant to reach. The acceptor checks it and
+//! answers with its own hello (token included only once the dialer has proven
+//! it knows it). A stranger, another job's rank or a stale address is turned
+//! away with a reason the other side prints; the acceptor keeps waiting for the
+//! real peer and, if it never comes, says whom it turned away.
+//!
+//! # Moving bytes
+//! After setup every socket is non-blocking. [`Transport::exchange`] runs one
+//! loop that progresses the send (header and payload in one `sendmsg`) and the
+//! receive together and only calls `poll` when both would block, so any pattern
+//! of matching sends and receives completes at any message size. Small
+//! messages take one `sendmsg` and (usually) one `recvmsg`.
+//!
+//! Every wait is bounded by the configured timeout, counted from the last time
+//! any byte moved: a large transfer that keeps progressing never times out, a
+//! stalled one fails with [`Error::Timeout`] naming the peer and the frame.
+//!
+//! # Where things are
+//! - `handshake.rs`: listening, dialling, and the hello that
+//!   keeps strangers and other jobs out of the mesh.
+//! - `progress.rs`: one frame out and one frame in, driven
+//!   together by one non-blocking loop.
+//! - `abort.rs`: telling peers we give up, and noticing when they do.
+//! - The raw `sendmsg`/`recvmsg` calls are in `collectives/src/sys/socket.rs`.
+
+mod abort;
+mod handshake;
+mod progress;
+#[cfg(test)]
+mod tests;
+
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::Duration;
+
+use self::progress::{Dest, Incoming, Outgoing, progress_loop, spin_budget};
+use super::{Frame, HEADER_LEN, Sink, SinkWriter, Tag, Transport, TransportOptions};
+use crate::error::{Error, Result};
+use crate::rendezvous::Store;
+
+/// Staging buffer for reductions: small enough to stay in L2 while the
+/// reduction reads it back, large enough that syscalls stay a small cost.
+const STAGING_LEN: usize = 256 * 1024;
+
+/// A TCP full mesh implementing [`Transport`].
+#[derive(Debug)]
+pub struct TcpTransport {
+    rank: usize,
+    world_size: usize,
+    /// Indexed by rank; `None` at our own rank.
+    peers: Vec<Option<Peer>>,
+    timeout: Duration,
+    /// How long to busy-poll before sleeping in `poll` (zero when ranks
+    /// outnumber cores, where spinning would steal the peer's CPU).
+    spin: Duration,
+    /// Reused receive buffer for reductions and small messages.
+    staging: Vec<u8>,
+    /// Why the transport can no longer be used: an exchange failed part-way
+    /// (the byte streams may be mid-frame) or we aborted.
+    broken: Option<String>,
+    aborted: bool,
+}
+
+#[derive(Debug)]
+struct Peer {
+    stream: TcpStream,
+    /// Bytes of an outgoing frame that a failed exchange left unsent; the
+    /// stream to this peer is at a frame boundary only when this is 0.
+    out_partial: u64,
+}
+
+impl TcpTransport {
+    /// Builds the full mesh for `rank` of `world_size` (see the module docs).
+    ///
+    /// Fails with [`Error::Rendezvous`] if a peer turns us away (wrong job
+    /// token, another communicator, different world size), with
+    /// [`Error::Timeout`] if peers do not show up within `opts.timeout`.
+    pub fn connect(
+        store: &dyn Store,
+        rank: usize,
+        world_size: usize,
+        opts: &TransportOptions,
+    ) -> Result<Self> {
+        if world_size == 0 || rank >= world_size {
+            return Err(Error::InvalidArgument(format!(
+                "rank {rank} is outside a world of {world_size} ranks"
+            )));
+        }
+        if world_size > u32::MAX as usize {
+            return Err(Error::InvalidArgument(format!(
+                "world size {world_size} does not fit the TCP hello"
+            )));
+        }
+        if opts.listen_ip.is_unspecified() {
+            return Err(Error::InvalidArgument(format!(
+                "listen_ip {} cannot be advertised to peers; pass an address of this host \
+                 that they can reach (127.0.0.1 for a single host)",
+                opts.listen_ip
+            )));
+        }
+        let peers = handshake::connect_mesh(store, rank, world_size, opts)?;
+        Ok(TcpTransport {
+            rank,
+            world_size,
+            peers,
+            timeout: opts.timeout,
+            spin: spin_budget(world_size),
+            staging: vec![0; STAGING_LEN],
+            broken: None,
+            aborted: false,
+        })
+    }
+
+    fn peer_fd(&self, peer: usize, role: &str) -> Result<RawFd> {
+        if peer == self.rank {
+            return Err(Error::InvalidArgument(format!(
+                "rank {} cannot {role} itself over TCP",
+                self.rank
+            )));
+        }
+        match self.peers.get(peer) {
+            Some(Some(p)) => Ok(p.stream.as_raw_fd()),
+            _ => Err(Error::InvalidArgument(format!(
+                "cannot {role} rank {peer}: the world has {} ranks",
+                self.world_size
+            ))),
+        }
+    }
+}
+
+impl Transport for TcpTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    fn exchange(
+        &mut self,
+        tag: &Tag,
+        send: Option<(usize, &[u8])>,
+        recv: Option<(usize, Sink<'_>)>,
+    ) -> Result<()> {
+        if let Some(why) = &self.broken {
+            return Err(Error::Protocol(format!(
+                "rank {}'s TCP transport can no longer be used: {why}",
+                self.rank
+            )));
+        }
+        let mut out = match send {
+            Some((peer, payload)) => {
+                let fd = self.peer_fd(peer, "send to")?;
+                let frame = Frame {
+                    tag: *tag,
+                    len: payload.len() as u64,
+                    flags: 0,
+                };
+                Some(Outgoing {
+                    peer,
+                    fd,
+                    header: frame.encode(),
+                    payload,
+                    sent: 0,
+                    watch: true,
+                })
+            }
+            None => None,
+        };
+        let mut inc = match recv {
+            Some((peer, sink)) => {
+                let fd = self.peer_fd(peer, "receive from")?;
+                if let Sink::Reduce { dst, dtype, .. } = &sink {
+                    if dst.len() % dtype.size() != 0 {
+                        return Err(Error::InvalidArgument(format!(
+                            "a {} reduction needs a multiple of {} bytes, got {}",
+                            dtype,
+                            dtype.size(),
+                            dst.len()
+                        )));
+                    }
+                }
+                let want = sink.len();
+                let dest = match sink {
+                    Sink::Copy(d) => Dest::Copy(d),
+                    s @ Sink::Reduce { .. } => Dest::Reduce(SinkWriter::new(s)),
+                };
+                Some(Incoming {
+                    peer,
+                    fd,
+                    header: [0; HEADER_LEN],
+                    hgot: 0,
+                    want,
+                    got: 0,
+                    dest,
+                    done: false,
+                })
+            }
+            None => None,
+        };
+
+        let result = progress_loop(
+            tag,
+            out.as_mut(),
+            inc.as_mut(),
+            &mut self.staging,
+            self.timeout,
+            self.spin,
+        );
+        if let Err(e) = &result {
+            if let Some(o) = out.as_ref().filter(|o| o.sent > 0 && !o.done()) {
+                if let Some(Some(p)) = self.peers.get_mut(o.peer) {
+                    p.out_partial = (o.total() - o.sent) as u64;
+                }
+            }
+            self.broken = Some(format!("an earlier exchange failed: {e}"));
+        }
+        result
+    }
+
+    fn abort(&mut self, reason: &str) {
+        if self.aborted {
+            return;
+        }
+        self.aborted = true;
+        let reason = abort::announce(self.rank, self.peers.iter_mut().flatten(), reason);
+        self.broken = Some(format!("this rank aborted: {reason}"));
+    }
+}
