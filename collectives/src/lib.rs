@@ -37,7 +37,7 @@ pub mod error;
 pub mod job;
 pub mod launch;
 pub mod rendezvous;
-pub mod threads;
+pub mod thread_ranks;
 pub mod transport;
 
 use std::fmt;
