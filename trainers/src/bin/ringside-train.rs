@@ -32,7 +32,7 @@ use trainers::train::{self, Tally};
 /// --bucket-cap-mb), overlapped with backward stage by stage.
 #[derive(Debug, Parser)]
 #[command(name = "ringside-train", version, about, long_about = None)]
-#[command(mut_arg("backend", |a| a.help("Backend: reference, gloo, mpi or nccl (nccl trains on CUDA).")))]
+#[command(mut_arg("backend", |a| a.help("Backend: reference, gloo, mpi or nccl (nccl trains on CUDA)")))]
 struct Args {
     #[command(flatten)]
     job: JobArgs<1>,
