@@ -12,15 +12,15 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use collectives::algorithms::Algo;
 use collectives::bench::{self, Case, Combine, Measurement, Settings};
-use collectives::rendezvous::env::{Launcher, Rendezvous};
+use collectives::job::{self, ConnectArgs, SpawnArgs};
+use collectives::rendezvous::env::Rendezvous;
 use collectives::transport::TransportKind;
 use collectives::{Backend, Collective, Communicator, DType, ReduceOp};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 
-use crate::job::{self, Start, parse_algo, parse_size, parse_transport};
+use crate::job::{human, parse_size};
 use crate::manifest;
 use crate::results::{Results, record};
 use crate::torch_peer::{self, PeerSweep, cuda_present};
@@ -28,20 +28,15 @@ use crate::torch_peer::{self, PeerSweep, cuda_present};
 /// Flags follow nccl-tests where they overlap (`-b -e -f -i -n -w -c -o -d -r -a`).
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Local ranks to spawn (ignored under a launcher such as torchrun or mpirun).
-    #[arg(long, default_value_t = 2)]
-    pub nproc: usize,
+    #[command(flatten)]
+    pub spawn: SpawnArgs,
     /// Backends to run in turn, comma-separated: reference (over --transport),
     /// reference-shm, reference-tcp, gloo, mpi, nccl, or all. Unavailable ones
     /// are skipped with the reason.
     #[arg(long, default_value = "reference", value_delimiter = ',')]
     pub backend: Vec<String>,
-    /// Reference backend transport: auto, tcp or shm.
-    #[arg(long, default_value = "auto", value_parser = parse_transport)]
-    pub transport: TransportKind,
-    /// all_reduce algorithm of the reference backend (Gloo: ring or halving-doubling).
-    #[arg(long, default_value = "auto", value_parser = parse_algo)]
-    pub algo: Algo,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
     /// Collectives, comma-separated (all_reduce, broadcast, reduce, all_gather,
     /// reduce_scatter, all_to_all, gather, scatter, sendrecv), or all.
     #[arg(long, default_value = "all_reduce", value_delimiter = ',')]
@@ -95,9 +90,6 @@ pub struct BenchArgs {
     /// The torch peer script (default: benches/torch_peer.py of this checkout).
     #[arg(long)]
     pub peer_script: Option<PathBuf>,
-    /// Seconds any single wait may take.
-    #[arg(long, default_value_t = 120.0)]
-    pub timeout: f64,
 }
 
 fn parse_op(s: &str) -> Result<ReduceOp, String> {
@@ -359,26 +351,22 @@ fn row(
 fn connect(
     rdv: &Rendezvous,
     lane: &Lane,
-    algo: Algo,
+    args: &ConnectArgs,
     timeout: Duration,
 ) -> Result<Box<dyn Communicator>, String> {
-    let mpi_launched = matches!(
-        rdv.info.launcher,
-        Launcher::OpenMpi | Launcher::Pmi | Launcher::Slurm
-    );
-    if lane.backend == Backend::Mpi && !mpi_launched {
-        return Err("needs an MPI launcher (mpirun -np N ringside bench ...)".into());
+    if let Some(why) = lane.backend.launcher_problem(rdv.info.launcher) {
+        return Err(format!("{why} (mpirun -np N ringside bench ...)"));
     }
-    job::communicator(
+    job::connect(
         rdv,
         lane.backend,
         lane.transport,
-        algo,
+        args.algo,
         timeout,
         &format!("bench-{}/", lane.label),
     )
     .map_err(|e| {
-        format!("{e:#}")
+        format!("{:#}", anyhow::Error::new(e))
             .lines()
             .last()
             .unwrap_or_default()
@@ -387,7 +375,7 @@ fn connect(
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
-    let lanes = parse_lanes(&args.backend, args.transport)?;
+    let lanes = parse_lanes(&args.backend, args.connect.transport)?;
     let collectives = parse_collectives(&args.collective)?;
     if let Some(p) = &args.peer
         && p != "torch"
@@ -397,11 +385,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     if args.iters == 0 {
         bail!("-n must be at least 1");
     }
-    let timeout = Duration::try_from_secs_f64(args.timeout)
-        .context("--timeout must be a non-negative number of seconds")?;
-    let rdv = match job::start(args.nproc, timeout)? {
-        Start::Done(code) => return Ok(code),
-        Start::Rank(r) => r,
+    let timeout = args.connect.timeout()?;
+    let rdv = match job::start_rank(args.spawn.nproc, timeout)? {
+        Err(code) => return Ok(code),
+        Ok(r) => r,
     };
     let (me, world) = (rdv.info.rank, rdv.info.world_size);
     if args.root >= world {
@@ -413,7 +400,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     let lead = me == 0;
     let mut results = Results {
         path: args.json.clone().filter(|_| lead),
-        manifest: manifest::manifest(world, args.transport.name(), args.combine.name()),
+        manifest: manifest::manifest(world, args.connect.transport.name(), args.combine.name()),
         records: Vec::new(),
     };
     results.write()?;
@@ -450,7 +437,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     let mut wrong = 0i64;
     let mut ran_any = false;
     for lane in &lanes {
-        let comm = match connect(&rdv, lane, args.algo, timeout) {
+        let comm = match connect(&rdv, lane, &args.connect, timeout) {
             Ok(c) => c,
             Err(why) => {
                 say(&format!("#\n# {}: not available here: {why}", lane.label));
@@ -458,8 +445,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             }
         };
         ran_any = true;
-        let algo = if lane.backend == Backend::Reference || lane.backend == Backend::Gloo {
-            args.algo.name()
+        let algo = if lane.backend.takes_algo() {
+            args.connect.algo.name()
         } else {
             "default"
         };
@@ -479,7 +466,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             )?);
             let mut bus = Vec::new();
             for &bytes in &sizes {
-                bar.set_message(job::human(bytes));
+                bar.set_message(human(bytes));
                 let mut sides = [None, None];
                 let mut first: Option<Measurement> = None;
                 for (k, in_place) in [false, true].into_iter().enumerate() {
@@ -568,11 +555,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     let mut total = [wrong];
     // Every rank leaves with the same verdict.
     if world > 1 {
-        let c = job::communicator(
+        let c = job::connect(
             &rdv,
             Backend::Reference,
             TransportKind::Tcp,
-            Algo::Auto,
+            collectives::algorithms::Algo::Auto,
             timeout,
             "bench-verdict/",
         )?;

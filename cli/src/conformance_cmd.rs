@@ -57,8 +57,8 @@ pub fn run(args: ConformanceArgs) -> anyhow::Result<i32> {
         comm.rank(),
         comm.world_size(),
         args.job.backend,
-        args.job.transport.name(),
-        args.job.algo.name(),
+        args.job.connect.transport.name(),
+        args.job.connect.algo.name(),
         report.cases,
         report.unsupported.len(),
         report.failures.len()

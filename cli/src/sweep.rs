@@ -64,9 +64,15 @@ pub fn run(args: SweepArgs) -> anyhow::Result<i32> {
         Err(code) => return Ok(code),
     };
     let lead = comm.rank() == 0;
-    let name = match (args.job.backend, args.job.algo) {
-        (Backend::Reference, Algo::Auto) => format!("ringside-{}", args.job.transport.name()),
-        (Backend::Reference, a) => format!("ringside-{}-{}", args.job.transport.name(), a.name()),
+    let name = match (args.job.backend, args.job.connect.algo) {
+        (Backend::Reference, Algo::Auto) => {
+            format!("ringside-{}", args.job.connect.transport.name())
+        }
+        (Backend::Reference, a) => format!(
+            "ringside-{}-{}",
+            args.job.connect.transport.name(),
+            a.name()
+        ),
         (b, _) => format!("ringside-{b}"),
     };
     let sizes = bench::sizes(args.min_bytes.max(4), args.max_bytes, args.factor);

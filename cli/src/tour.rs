@@ -11,12 +11,12 @@ use clap::Args;
 use collectives::algorithms::Algo;
 use collectives::bench::{self, Combine, Measurement};
 use collectives::conformance::{self, SuiteConfig};
-use collectives::rendezvous::env::{Launcher, Rendezvous};
+use collectives::rendezvous::env::Rendezvous;
 use collectives::transport::TransportKind;
 use collectives::{Backend, Collective, Communicator, DType, ReduceOp};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::job::{self, Start, human};
+use crate::job::{self, human};
 use crate::manifest;
 use crate::results::{Results, record};
 use crate::torch_peer::{self, PeerSweep};
@@ -90,16 +90,10 @@ type LaneComm = Result<Box<dyn Communicator>, String>;
 
 /// Connects one lane, or says why this job cannot have it.
 fn connect_lane(rdv: &Rendezvous, lane: &Lane, timeout: Duration) -> LaneComm {
-    let launched_by_mpi = matches!(
-        rdv.info.launcher,
-        Launcher::OpenMpi | Launcher::Pmi | Launcher::Slurm
-    );
-    if lane.backend == Backend::Mpi && !launched_by_mpi {
-        // MPI ranks come from an MPI launcher; ranks we spawned ourselves
-        // would each start as an MPI world of one.
-        return Err("needs an MPI launcher: mpirun -np 2 target/release/ringside tour".to_owned());
+    if let Some(why) = lane.backend.launcher_problem(rdv.info.launcher) {
+        return Err(format!("{why}: mpirun -np 2 target/release/ringside tour"));
     }
-    job::communicator(
+    collectives::job::connect(
         rdv,
         lane.backend,
         lane.transport,
@@ -108,7 +102,7 @@ fn connect_lane(rdv: &Rendezvous, lane: &Lane, timeout: Duration) -> LaneComm {
         &format!("tour-{}/", lane.name),
     )
     .map_err(|e| {
-        format!("{:#}", e)
+        format!("{:#}", anyhow::Error::new(e))
             .lines()
             .last()
             .unwrap_or_default()
@@ -118,9 +112,9 @@ fn connect_lane(rdv: &Rendezvous, lane: &Lane, timeout: Duration) -> LaneComm {
 
 pub fn run(args: TourArgs) -> anyhow::Result<i32> {
     let timeout = Duration::try_from_secs_f64(args.timeout)?;
-    let rdv = match job::start(args.nproc, timeout)? {
-        Start::Done(code) => return Ok(code),
-        Start::Rank(r) => r,
+    let rdv = match collectives::job::start_rank(args.nproc, timeout)? {
+        Err(code) => return Ok(code),
+        Ok(r) => r,
     };
     let lead = rdv.info.rank == 0;
     let say = |s: String| {

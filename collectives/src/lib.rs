@@ -38,7 +38,7 @@ pub mod job;
 pub mod launch;
 pub mod rendezvous;
 mod sys;
-pub mod threads;
+pub mod thread_ranks;
 pub mod transport;
 
 use std::fmt;

@@ -21,7 +21,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use collectives::{Backend, Buffer, BufferMut, Communicator, DType};
+use collectives::{Backend, Buffer, BufferMut, Communicator, DType, Location};
 use tch::{Device, Kind, Tensor};
 
 use crate::{Error, Result};
@@ -43,6 +43,17 @@ pub fn dtype(kind: Kind) -> Result<DType> {
             )));
         }
     })
+}
+
+/// Where memory on `device` is, as a backend is asked about it
+/// ([`Backend::supports`]); anything but CUDA counts as the host.
+pub fn location(device: Device) -> Location {
+    match device {
+        Device::Cuda(i) => Location::Cuda {
+            device: i32::try_from(i).unwrap_or(i32::MAX),
+        },
+        _ => Location::Host,
+    }
 }
 
 /// Where a tensor's memory is, once checked: host, or CUDA device `i`.
@@ -132,12 +143,6 @@ pub fn buffer_mut(t: &mut Tensor) -> Result<BufferMut<'_>> {
             BufferMut::from_device_ptr(t.data_ptr() as u64, numel, dtype, device)
         },
     })
-}
-
-/// Whether `backend` reduces CUDA memory in place (only NCCL does; the others
-/// refuse device buffers, so tensors for them must be staged through the host).
-pub fn reduces_device_memory(backend: Backend) -> bool {
-    backend == Backend::Nccl
 }
 
 /// Work for the communicator thread.

@@ -252,7 +252,7 @@ impl Ddp {
             .into_iter()
             .map(|g| {
                 let dev = params[g[0]].device();
-                let dev = if dev.is_cuda() && !comm::reduces_device_memory(backend) {
+                let dev = if dev.is_cuda() && !backend.supports(comm::location(dev)) {
                     Device::Cpu
                 } else {
                     dev
@@ -594,7 +594,7 @@ impl Ddp {
         let backend = self.comm()?.backend();
         let mut groups: Vec<((tch::Kind, Device), Vec<usize>)> = Vec::new();
         for (i, t) in tensors.iter().enumerate() {
-            let dev = if t.device().is_cuda() && comm::reduces_device_memory(backend) {
+            let dev = if t.device().is_cuda() && backend.supports(comm::location(t.device())) {
                 t.device()
             } else {
                 Device::Cpu

@@ -16,8 +16,7 @@
 //!   `Communicator`, buckets all_reduced while backward runs, Chrome-trace timelines;
 //! * [`data_parallel`], [`pipeline`], [`hogwild`]: DataParallel over devices or CPU
 //!   replicas, GPipe micro-batched pipelines, lock-free shared-memory training in
-//!   several processes;
-//! * [`preload`]: Debian's Gloo ahead of libtorch's bundled copy in training binaries.
+//!   several processes.
 #![deny(missing_docs)]
 
 pub mod bucket;
@@ -32,7 +31,6 @@ pub mod metrics;
 pub mod models;
 pub mod optim;
 pub mod pipeline;
-pub mod preload;
 pub mod sampler;
 pub mod timeline;
 pub mod train;

@@ -24,7 +24,7 @@ fn with_ranks<T: Send>(
     body: impl Fn(usize, Box<dyn Communicator>) -> T + Sync,
 ) -> Vec<T> {
     tch::set_num_threads(1);
-    collectives::threads::with_ranks(world, TransportKind::Shm, TIMEOUT, |rank, comm| {
+    collectives::thread_ranks::with_ranks(world, TransportKind::Shm, TIMEOUT, |rank, comm| {
         body(rank, Box::new(comm))
     })
     .unwrap()

@@ -17,7 +17,10 @@ use std::ops::Range;
 use crate::error::{Error, Result};
 use crate::transport::{Sink, Tag, Transport};
 
-/// An all_reduce algorithm choice.
+/// An all_reduce algorithm choice: the names `--algo` takes. Which of them a
+/// backend runs is [`crate::Backend::algorithms`]: the reference backend runs
+/// the ones in this folder, Gloo its own ring, ring-chunked, halving-doubling
+/// and bcube.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Algo {
     /// Pick by message size and world size (see [`select`]).
@@ -30,10 +33,14 @@ pub enum Algo {
     RecursiveDoubling,
     /// Binomial-tree reduce to rank 0, then binomial-tree broadcast.
     Tree,
+    /// Gloo only: `gloo::AllreduceRingChunked`.
+    RingChunked,
+    /// Gloo only: `gloo::allreduce` with `Algorithm::BCUBE`.
+    Bcube,
 }
 
 impl Algo {
-    /// Every concrete algorithm (not `Auto`).
+    /// Every concrete algorithm of the reference backend (not `Auto`).
     pub const CONCRETE: [Algo; 4] = [
         Algo::Ring,
         Algo::HalvingDoubling,
@@ -41,7 +48,8 @@ impl Algo {
         Algo::Tree,
     ];
 
-    /// Parses `auto`, `ring`, `halving-doubling` (`hd`), `recursive-doubling` (`rd`), `tree`.
+    /// Parses `auto`, `ring`, `halving-doubling` (`hd`), `recursive-doubling` (`rd`), `tree`,
+    /// and Gloo's `ring-chunked` and `bcube` (`_` for `-` everywhere).
     pub fn parse(s: &str) -> Option<Algo> {
         Some(match s.to_ascii_lowercase().replace('_', "-").as_str() {
             "auto" => Algo::Auto,
@@ -49,6 +57,8 @@ impl Algo {
             "halving-doubling" | "hd" => Algo::HalvingDoubling,
             "recursive-doubling" | "rd" => Algo::RecursiveDoubling,
             "tree" | "binomial" => Algo::Tree,
+            "ring-chunked" => Algo::RingChunked,
+            "bcube" => Algo::Bcube,
             _ => return None,
         })
     }
@@ -61,6 +71,8 @@ impl Algo {
             Algo::HalvingDoubling => "halving-doubling",
             Algo::RecursiveDoubling => "recursive-doubling",
             Algo::Tree => "tree",
+            Algo::RingChunked => "ring-chunked",
+            Algo::Bcube => "bcube",
         }
     }
 

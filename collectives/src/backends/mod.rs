@@ -1,6 +1,7 @@
 //! Backends behind [`crate::Communicator`], chosen at run time by name.
 
-mod args;
+mod capabilities;
+mod checks;
 pub mod disabled;
 #[cfg(feature = "gloo")]
 pub mod gloo;
@@ -10,6 +11,7 @@ pub mod mpi;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 pub mod reference;
+mod scratch;
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -95,6 +97,16 @@ pub fn connect(
     }
 }
 
+/// For binaries that also link libtorch, first thing in `main` (before
+/// threads or libtorch start): re-executes the program with Debian's libgloo
+/// preloaded, so the Gloo backend binds to it and not to libtorch's bundled
+/// copy (see [`gloo::preload`]). Does nothing when no re-exec is needed or
+/// possible, or without the `gloo` feature.
+pub fn ensure_gloo_first() {
+    #[cfg(feature = "gloo")]
+    gloo::preload::ensure_gloo_first();
+}
+
 /// Connects the reference backend, resolving `TransportKind::Auto`.
 pub fn reference(
     store: &dyn Store,
@@ -102,6 +114,9 @@ pub fn reference(
     world: usize,
     opts: &Options,
 ) -> Result<ReferenceComm> {
+    if !Backend::Reference.algorithms().contains(&opts.algo) {
+        return Err(reference::unsupported_algo(opts.algo));
+    }
     let topts = TransportOptions {
         timeout: opts.timeout,
         prefix: opts.prefix.clone(),

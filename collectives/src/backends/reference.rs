@@ -14,7 +14,8 @@
 use std::ops::Range;
 use std::sync::{Mutex, MutexGuard};
 
-use super::args::{self, area, blocked_count, gather_count, input_bytes, per_rank};
+use super::checks::{self, blocked_count, gather_count, input_bytes, per_rank};
+use super::scratch::area;
 use crate::algorithms::{
     self, Algo, Peers, dissemination, halving_doubling, linear, pairwise, recursive_doubling, ring,
     tree,
@@ -50,6 +51,14 @@ fn blocks(count: usize, n: usize, esize: usize) -> Vec<Range<usize>> {
     (0..n)
         .map(|i| i * count * esize..(i + 1) * count * esize)
         .collect()
+}
+
+/// The answer to an all_reduce algorithm this backend does not run (Gloo's).
+pub(crate) fn unsupported_algo(algo: Algo) -> Error {
+    Error::Unsupported {
+        backend: B,
+        what: format!("the {} all_reduce algorithm", algo.name()),
+    }
 }
 
 impl ReferenceComm {
@@ -92,7 +101,7 @@ impl ReferenceComm {
     }
 
     fn check_root(&self, root: usize) -> Result<()> {
-        args::check_root(root, self.world)
+        checks::check_root(root, self.world)
     }
 
     /// Runs one collective: numbers it, and on failure aborts the transport so
@@ -171,6 +180,10 @@ impl Communicator for ReferenceComm {
             }
             let bytes = out.len();
             let algo = algorithms::select(g.algo, bytes, n);
+            if !B.algorithms().contains(&algo) {
+                // Gloo's names, set with `set_algo`: every rank fails here alike.
+                return Err(unsupported_algo(algo));
+            }
             if algo == Algo::RecursiveDoubling && bytes <= algorithms::SMALL_BYTES {
                 // Latency path: staged, so `out` is only written on success.
                 let Inner {
@@ -204,7 +217,7 @@ impl Communicator for ReferenceComm {
                 Algo::RecursiveDoubling => {
                     recursive_doubling::all_reduce(&mut p, out, area(scratch, bytes), dtype, op)?
                 }
-                Algo::Tree | Algo::Auto => {
+                Algo::Tree | Algo::Auto | Algo::RingChunked | Algo::Bcube => {
                     tree::reduce(&mut p, out, dtype, op, 0)?;
                     tree::broadcast(&mut p, out, 0)?;
                 }

@@ -13,5 +13,6 @@ pub fn with_ranks<T: Send>(
     timeout: Duration,
     body: impl Fn(usize, &ReferenceComm) -> T + Sync,
 ) -> Vec<T> {
-    collectives::threads::with_ranks(world, kind, timeout, |rank, comm| body(rank, &comm)).unwrap()
+    collectives::thread_ranks::with_ranks(world, kind, timeout, |rank, comm| body(rank, &comm))
+        .unwrap()
 }

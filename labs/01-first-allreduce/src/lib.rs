@@ -8,7 +8,7 @@ pub mod solution;
 use std::time::Duration;
 
 use collectives::transport::TransportKind;
-use collectives::{Communicator, threads};
+use collectives::{Communicator, thread_ranks};
 use labkit::{LabError, Variant};
 
 /// The by-hand all-reduce of `variant`: the learner's or the reference solution.
@@ -48,7 +48,7 @@ pub fn expected(world: usize, len: usize) -> Vec<f64> {
 pub fn check(variant: Variant) -> Result<(), LabError> {
     for world in 1..=5 {
         for len in [1, 7, 10_000] {
-            let results = threads::with_ranks(
+            let results = thread_ranks::with_ranks(
                 world,
                 TransportKind::Shm,
                 Duration::from_secs(20),

@@ -8,19 +8,17 @@
 //!
 //! or under a launcher: `ringside launch --nproc-per-node 4 -- target/debug/lab01-first-allreduce`.
 
-use std::time::Duration;
-
-use anyhow::{Context, ensure};
+use anyhow::ensure;
 use clap::Parser;
-use collectives::job::{self, Start};
-use collectives::{Backend, Buffer, BufferMut, Communicator, Input, ReduceOp};
+use collectives::job::{JobArgs, Joined};
+use collectives::{Buffer, BufferMut, Communicator, Input, ReduceOp};
 
 /// Lab 1: sum one number per rank, by hand and with all_reduce.
 #[derive(Parser)]
 struct Args {
-    /// Ranks to spawn when run without a launcher.
-    #[arg(long, default_value_t = 4)]
-    nproc: usize,
+    /// The job flags every lab shares (4 ranks unless --nproc says otherwise).
+    #[command(flatten)]
+    job: JobArgs<4>,
 }
 
 // ANCHOR: by_hand
@@ -48,13 +46,10 @@ fn sum_by_hand(comm: &dyn Communicator, mine: f64) -> anyhow::Result<f64> {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let timeout = Duration::from_secs(60);
-    let rdv = match job::start(args.nproc, timeout)? {
-        Start::Done(report) => std::process::exit(report.exit_code()),
-        Start::Rank(rdv) => rdv,
+    let Joined { rdv, comm, timeout } = match args.job.join("")? {
+        Ok(joined) => joined,
+        Err(code) => std::process::exit(code),
     };
-    let comm = job::communicator(&rdv, Backend::Reference, &job::options(&rdv)?)
-        .context("connecting the reference backend")?;
     let (rank, n) = (comm.rank(), comm.world_size());
     let mine = (rank + 1) as f64;
     let expected = (n * (n + 1) / 2) as f64;

@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use collectives::job::{self, Start};
-use collectives::transport::TransportKind;
+use collectives::job::{JobArgs, Joined};
 use collectives::{Backend, BufferMut, Communicator, Input, ReduceOp};
 use serde_json::json;
 use tch::Device;
@@ -33,16 +32,10 @@ use trainers::train::{self, Tally};
 /// --bucket-cap-mb), overlapped with backward stage by stage.
 #[derive(Debug, Parser)]
 #[command(name = "ringside-train", version, about, long_about = None)]
+#[command(mut_arg("backend", |a| a.help("Backend: reference, gloo, mpi or nccl (nccl trains on CUDA)")))]
 struct Args {
-    /// Local ranks to spawn (ignored under a launcher such as torchrun or mpirun).
-    #[arg(long, default_value_t = 1)]
-    nproc: usize,
-    /// Backend: reference, gloo, mpi or nccl (nccl trains on CUDA).
-    #[arg(long, default_value = "reference", value_parser = parse_backend)]
-    backend: Backend,
-    /// Reference backend transport: auto, tcp or shm.
-    #[arg(long, default_value = "auto", value_parser = parse_transport)]
-    transport: TransportKind,
+    #[command(flatten)]
+    job: JobArgs<1>,
     /// Model.
     #[arg(long, value_enum, default_value = "cnn")]
     model: Arch,
@@ -113,9 +106,6 @@ struct Args {
     /// Print one JSON summary line on stdout (rank 0).
     #[arg(long)]
     json: bool,
-    /// Seconds any single wait may take.
-    #[arg(long, default_value_t = 120.0)]
-    timeout: f64,
     /// Keep glibc malloc's defaults (which hand freed activation memory back to
     /// the kernel between steps, so the next step page-faults it in again).
     #[arg(long)]
@@ -141,39 +131,18 @@ fn keep_freed_memory() {
     }
 }
 
-fn parse_backend(s: &str) -> Result<Backend, String> {
-    Backend::parse(s).ok_or_else(|| format!("unknown backend {s:?} (reference, gloo, mpi, nccl)"))
-}
-
-fn parse_transport(s: &str) -> Result<TransportKind, String> {
-    TransportKind::parse(s).ok_or_else(|| format!("unknown transport {s:?} (auto, tcp, shm)"))
-}
-
 fn main() -> anyhow::Result<()> {
     // Before any thread or libtorch starts: Debian's Gloo must win over
-    // libtorch's bundled copy (see trainers::preload).
-    trainers::preload::ensure_gloo_first();
+    // libtorch's bundled copy.
+    collectives::backends::ensure_gloo_first();
     let args = Args::parse();
     if !args.default_malloc {
         keep_freed_memory();
     }
-    let timeout = Duration::try_from_secs_f64(args.timeout)
-        .context("--timeout must be a non-negative number of seconds")?;
-    let rdv = match job::start(args.nproc, timeout).context("starting the ranks")? {
-        Start::Done(report) => std::process::exit(report.exit_code()),
-        Start::Rank(rdv) => rdv,
+    let Joined { rdv, comm, timeout } = match args.job.join("train/")? {
+        Ok(joined) => joined,
+        Err(code) => std::process::exit(code),
     };
-    let mut opts = job::options(&rdv)?;
-    opts.transport = args.transport;
-    opts.timeout = timeout;
-    opts.prefix = "train/".into();
-    let comm = job::communicator(&rdv, args.backend, &opts).with_context(|| {
-        format!(
-            "connecting the {} backend ({} transport)",
-            args.backend,
-            args.transport.name()
-        )
-    })?;
     let local_rank = rdv.info.local_rank;
     run(&args, comm, local_rank, timeout)?;
     rdv.close(timeout).context("leaving the job's store")?;
@@ -191,7 +160,7 @@ fn run(
         bail!("--batch and --accumulate must be at least 1");
     }
     tch::set_num_threads(args.threads);
-    let device = if args.backend == Backend::Nccl {
+    let device = if args.job.backend == Backend::Nccl {
         if !tch::Cuda::is_available() {
             bail!(
                 "--backend nccl trains on CUDA, but {}",
@@ -259,7 +228,7 @@ fn run(
              buckets {:?} B, stages {:?}; {}",
             args.model_name(),
             world,
-            args.backend,
+            args.job.backend,
             trainers::models::param_count(&vs),
             args.batch,
             ddp.bucket_bytes(),
@@ -420,7 +389,7 @@ fn run(
         if args.json {
             let line = json!({
                 "impl": "ringside",
-                "backend": args.backend.name(),
+                "backend": args.job.backend.name(),
                 "model": args.model_name(),
                 "world_size": world,
                 "batch_per_rank": args.batch,

@@ -14,7 +14,7 @@ pub(crate) fn with_ranks<T: Send>(
     world: usize,
     body: impl Fn(usize, &ReferenceComm) -> T + Sync,
 ) -> Vec<T> {
-    collectives::threads::with_ranks(
+    collectives::thread_ranks::with_ranks(
         world,
         TransportKind::Tcp,
         Duration::from_secs(60),

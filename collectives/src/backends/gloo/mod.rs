@@ -1,5 +1,5 @@
 //! The Gloo backend: Debian's libgloo (0.5) through a small C++ shim
-//! (`gloo_shim.cc`, bridged with `cxx`).
+//! (`shim.cc`, bridged with `cxx`).
 //!
 //! **Rendezvous** goes through ringside's own store: the shim's
 //! `gloo::rendezvous::Store` subclass calls back into [`Store`] (keys under
@@ -11,8 +11,9 @@
 //! escapes as an abort. After any error the communicator refuses further calls.
 //!
 //! **all_reduce algorithm**: `RINGSIDE_GLOO_ALGO=ring|ring_chunked|halving_doubling|bcube|default`
-//! if set, else `opts.algo`: `Ring` → ring, `HalvingDoubling` →
-//! halving_doubling, anything else → default. `default`, `ring` and `bcube`
+//! if set, else `opts.algo` (the same `--algo` as the reference backend's):
+//! `ring`, `ring-chunked`, `halving-doubling`, `bcube`, and anything else
+//! (`auto`, or a reference-only name) → default. `default`, `ring` and `bcube`
 //! are `gloo::allreduce` (the entry point PyTorch's ProcessGroupGloo calls)
 //! with Gloo's choice, `Algorithm::RING` or `Algorithm::BCUBE`.
 //! `ring_chunked` and `halving_doubling` exist only as Gloo's classic
@@ -52,10 +53,13 @@
 //! more than `i32::MAX` elements on a classic algorithm (they count in
 //! `int`).
 
+pub mod preload;
+
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::args::{self, area, blocked_count, gather_count, input_bytes, per_rank};
+use super::checks::{self, blocked_count, gather_count, input_bytes, per_rank};
+use super::scratch::area;
 use crate::algorithms::Algo;
 use crate::backends::Options;
 use crate::buffer::{Buffer, BufferMut};
@@ -75,7 +79,7 @@ mod ffi {
     }
 
     unsafe extern "C++" {
-        include!("collectives/src/backends/gloo_shim.h");
+        include!("collectives/src/backends/gloo/shim.h");
 
         type Comm;
 
@@ -212,8 +216,10 @@ impl GlooAlgo {
             }),
             Err(_) => Ok(match algo {
                 Algo::Ring => GlooAlgo::Ring,
+                Algo::RingChunked => GlooAlgo::RingChunked,
                 Algo::HalvingDoubling => GlooAlgo::HalvingDoubling,
-                _ => GlooAlgo::Default,
+                Algo::Bcube => GlooAlgo::Bcube,
+                Algo::Auto | Algo::RecursiveDoubling | Algo::Tree => GlooAlgo::Default,
             }),
         }
     }
@@ -325,7 +331,7 @@ impl GlooComm {
     }
 
     fn check_root(&self, root: usize) -> Result<i32> {
-        args::check_root(root, self.world)?;
+        checks::check_root(root, self.world)?;
         Ok(root as i32)
     }
 

@@ -52,6 +52,7 @@
 //! it does not wait on absent ranks, but a rank dying inside NCCL's own
 //! bootstrap is not bounded by `Options::timeout`.
 
+mod device;
 pub mod loader;
 
 use std::ffi::c_void;
@@ -67,13 +68,14 @@ use cudarc::nccl::sys::{
 };
 
 use super::Options;
-use super::args::{self, blocked_count, gather_count, per_rank};
+use super::checks::{self, blocked_count, gather_count, per_rank};
 use crate::buffer::{Buffer, BufferMut, Location};
 use crate::deadline::Deadline;
 use crate::element::{DType, ReduceOp, finish_avg};
 use crate::error::{Error, Result};
 use crate::rendezvous::{Store, barrier};
 use crate::{Backend, Collective, Communicator, Input};
+use device::{DevMem, Inner, P2p, StageSlot, last};
 use loader::{Api, Res};
 
 pub use loader::{NCCL_LIB_ENV, nccl_in_torch, probe as probe_nccl};
@@ -188,92 +190,12 @@ pub fn connect(
     Ok(Box::new(comm))
 }
 
-/// Device memory owned by the communicator, grown on demand.
-#[derive(Default)]
-struct DevMem {
-    ptr: u64,
-    bytes: usize,
-}
-
-impl DevMem {
-    /// At least `bytes` bytes (0 bytes: a null pointer, never dereferenced).
-    fn ensure(&mut self, bytes: usize) -> Result<u64> {
-        if bytes > self.bytes {
-            self.free();
-            // Round up so slowly growing sizes do not reallocate every call.
-            let want = bytes.next_power_of_two().max(256);
-            // SAFETY: the communicator's context is current (every caller sets it).
-            self.ptr = unsafe { cu::malloc_sync(want) }.map_err(|e| cuda("cuMemAlloc", e))?;
-            self.bytes = want;
-        }
-        Ok(self.ptr)
-    }
-    fn free(&mut self) {
-        if self.ptr != 0 {
-            // SAFETY: allocated by malloc_sync and no longer used by the stream
-            // (every call waits for its stream before returning).
-            let _ = unsafe { cu::free_sync(self.ptr) };
-        }
-        self.ptr = 0;
-        self.bytes = 0;
-    }
-}
-
 /// A communicator backed by NCCL on one CUDA device.
 pub struct NcclComm {
     rank: usize,
     world: usize,
     device: i32,
     inner: Mutex<Inner>,
-}
-
-struct Inner {
-    api: &'static Api,
-    rank: usize,
-    device: i32,
-    timeout: Duration,
-    dev: cusys::CUdevice,
-    ctx: cusys::CUcontext,
-    stream: cusys::CUstream,
-    comm: ncclComm_t,
-    stage_in: DevMem,
-    stage_out: DevMem,
-    scratch: DevMem,
-    broken: Option<String>,
-}
-
-// SAFETY: CUDA contexts, streams and NCCL communicators are plain handles that
-// may be used from any thread once the context is made current, which every
-// use does (`Inner::bind`). The Mutex makes sure only one thread uses them at a time.
-unsafe impl Send for Inner {}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        if self.ctx.is_null() {
-            return;
-        }
-        let _ = guard("dropping the communicator", || {
-            // SAFETY: handles created in `connect`, released once, here.
-            unsafe {
-                let _ = cu::ctx::set_current(self.ctx);
-                if !self.comm.is_null() {
-                    if self.broken.is_some() {
-                        (self.api.comm_abort)(self.comm);
-                    } else {
-                        (self.api.comm_destroy)(self.comm);
-                    }
-                }
-                self.stage_in.free();
-                self.stage_out.free();
-                self.scratch.free();
-                if !self.stream.is_null() {
-                    let _ = cu::stream::destroy(self.stream);
-                }
-                let _ = cu::primary_ctx::release(self.dev);
-            }
-            Ok(())
-        });
-    }
 }
 
 impl NcclComm {
@@ -376,7 +298,7 @@ impl NcclComm {
     }
 
     fn check_root(&self, root: usize) -> Result<()> {
-        args::check_root(root, self.world)
+        checks::check_root(root, self.world)
     }
 
     fn check_device(&self, loc: Location, what: &str) -> Result<()> {
@@ -462,195 +384,6 @@ impl NcclComm {
         }
         res
     }
-}
-
-#[derive(Clone, Copy)]
-enum StageSlot {
-    In,
-    Out,
-}
-
-fn last(api: &Api, comm: ncclComm_t) -> String {
-    let l = api.last_error(comm);
-    if l.is_empty() {
-        " (set NCCL_DEBUG=WARN for details)".into()
-    } else {
-        format!(": {l}")
-    }
-}
-
-impl Inner {
-    /// Makes this device's context current on the calling thread.
-    fn bind(&self) -> Result<()> {
-        // SAFETY: a live primary context retained in `connect`.
-        unsafe { cu::ctx::set_current(self.ctx) }.map_err(|e| cuda("cuCtxSetCurrent", e))
-    }
-
-    fn cu_stream(&self) -> cudaStream_t {
-        self.stream.cast()
-    }
-
-    /// Marks the communicator broken and aborts NCCL so that peers stop waiting.
-    fn fail(&mut self, e: &Error) {
-        self.broken = Some(e.to_string());
-        if !self.comm.is_null() {
-            let _ = self.bind();
-            // SAFETY: a live communicator; abort also releases it.
-            unsafe { (self.api.comm_abort)(self.comm) };
-            self.comm = std::ptr::null_mut();
-        }
-    }
-
-    /// Copies a host buffer into staging memory; returns the device pointer.
-    fn stage_host(&mut self, slot: StageSlot, b: &Buffer<'_>) -> Result<u64> {
-        let bytes = b.host_bytes(B)?;
-        let mem = match slot {
-            StageSlot::In => &mut self.stage_in,
-            StageSlot::Out => &mut self.stage_out,
-        };
-        let p = mem.ensure(bytes.len())?;
-        if !bytes.is_empty() {
-            // SAFETY: `p` has room for `bytes`; pageable copies finish reading the
-            // host memory before returning.
-            unsafe { cu::memcpy_htod_async(p, bytes, self.stream) }
-                .map_err(|e| cuda("cuMemcpyHtoDAsync", e))?;
-        }
-        Ok(p)
-    }
-
-    /// Copies `host.len()` bytes at device pointer `src` into `host` and waits.
-    fn copy_back(&self, host: &mut [u8], src: u64, what: &str) -> Result<()> {
-        if host.is_empty() {
-            return Ok(());
-        }
-        // SAFETY: `src` holds at least `host.len()` bytes (staging or caller memory).
-        unsafe { cu::memcpy_dtoh_async(host, src, self.stream) }
-            .map_err(|e| cuda("cuMemcpyDtoHAsync", e))?;
-        self.wait(what)
-    }
-
-    /// Checks an NCCL return code.
-    fn check(&self, rc: Res, call: &str) -> Result<()> {
-        if rc == SUCCESS {
-            return Ok(());
-        }
-        Err(lib_error(
-            format!("NCCL {call}"),
-            self.api.error_string(rc) + &last(self.api, self.comm),
-        ))
-    }
-
-    /// Waits for the stream, watching NCCL's asynchronous errors and the deadline.
-    fn wait(&self, what: &str) -> Result<()> {
-        let (rank, device) = (self.rank, self.device);
-        let deadline = Deadline::after(self.timeout);
-        let start = Instant::now();
-        loop {
-            // SAFETY: a live stream of the current context.
-            match unsafe { cusys::cuStreamQuery(self.stream) } {
-                cusys::CUresult::CUDA_SUCCESS => return Ok(()),
-                cusys::CUresult::CUDA_ERROR_NOT_READY => {}
-                e => return Err(cuda("cuStreamQuery", cu::DriverError(e))),
-            }
-            let mut async_rc: Res = SUCCESS;
-            // SAFETY: a live communicator; writes one int.
-            let rc = unsafe { (self.api.comm_get_async_error)(self.comm, &mut async_rc) };
-            self.check(rc, "ncclCommGetAsyncError")?;
-            if async_rc != SUCCESS && async_rc != IN_PROGRESS {
-                return Err(lib_error(
-                    format!("NCCL {what} (rank {rank}, device {device}), asynchronously"),
-                    self.api.error_string(async_rc) + &last(self.api, self.comm),
-                ));
-            }
-            deadline.check(|| format!("NCCL {what} to finish on rank {rank} (device {device})"))?;
-            // Spin briefly for small-message latency, then stop burning a core.
-            if start.elapsed() < Duration::from_millis(2) {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(100));
-            }
-        }
-    }
-
-    /// Queues `ncclSend`/`ncclRecv` pairs as one group.
-    fn group(&self, ops: &[P2p]) -> Result<()> {
-        // SAFETY: group calls only bracket the calls below.
-        self.check(unsafe { (self.api.group_start)() }, "ncclGroupStart")?;
-        let mut first_err = Ok(());
-        for op in ops {
-            let (rc, call) = match *op {
-                // SAFETY: pointers and counts were validated by the caller.
-                P2p::Send {
-                    ptr,
-                    count,
-                    dt,
-                    peer,
-                } => (
-                    unsafe {
-                        (self.api.send)(
-                            ptr as *const c_void,
-                            count,
-                            dt,
-                            peer as i32,
-                            self.comm,
-                            self.cu_stream(),
-                        )
-                    },
-                    "ncclSend",
-                ),
-                // SAFETY: as above.
-                P2p::Recv {
-                    ptr,
-                    count,
-                    dt,
-                    peer,
-                } => (
-                    unsafe {
-                        (self.api.recv)(
-                            ptr as *mut c_void,
-                            count,
-                            dt,
-                            peer as i32,
-                            self.comm,
-                            self.cu_stream(),
-                        )
-                    },
-                    "ncclRecv",
-                ),
-            };
-            if first_err.is_ok() {
-                first_err = self.check(rc, call);
-            }
-        }
-        // SAFETY: closes the group opened above (always, so NCCL's group depth stays right).
-        let end = self.check(unsafe { (self.api.group_end)() }, "ncclGroupEnd");
-        first_err.and(end)
-    }
-
-    /// Device-to-device copy on the stream.
-    fn copy_d2d(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
-        if bytes == 0 || dst == src {
-            return Ok(());
-        }
-        // SAFETY: both ranges were validated by the caller.
-        unsafe { cu::memcpy_dtod_async(dst, src, bytes, self.stream) }
-            .map_err(|e| cuda("cuMemcpyDtoDAsync", e))
-    }
-}
-
-enum P2p {
-    Send {
-        ptr: u64,
-        count: usize,
-        dt: Res,
-        peer: usize,
-    },
-    Recv {
-        ptr: u64,
-        count: usize,
-        dt: Res,
-        peer: usize,
-    },
 }
 
 fn input_len(input: &Input<'_>, dtype: DType, len: usize, what: &str) -> Result<()> {

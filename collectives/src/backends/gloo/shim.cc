@@ -1,5 +1,5 @@
-// The C++ half of the Gloo backend (see gloo.rs for what is supported and why).
-#include "collectives/src/backends/gloo_shim.h"
+// The C++ half of the Gloo backend (see mod.rs for what is supported and why).
+#include "collectives/src/backends/gloo/shim.h"
 
 #include <dlfcn.h>
 
@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "collectives/src/backends/gloo.rs.h"
+#include "collectives/src/backends/gloo/mod.rs.h"
 #include "gloo/algorithm.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"

@@ -2,11 +2,12 @@
 //!
 //! libtorch_cpu.so exports its own build of Gloo, and in a binary that links
 //! tch and collectives it is loaded first, so the dynamic linker would bind
-//! collectives' Gloo shim to it (the shim refuses with a clear error rather than
+//! this backend's shim to it (the shim refuses with a clear error rather than
 //! crash). Cargo offers no way to put libgloo first on the link line (link
-//! arguments go last; the `-as-needed` modifier is unstable), so a training
-//! binary re-executes itself once with `LD_PRELOAD` naming libgloo, which the
-//! loader then searches before everything else. Child ranks inherit it.
+//! arguments go last; the `-as-needed` modifier is unstable), so such a binary
+//! re-executes itself once with `LD_PRELOAD` naming libgloo, which the loader
+//! then searches before everything else. Child ranks inherit it. Binaries call
+//! it through [`crate::backends::ensure_gloo_first`].
 
 use std::ffi::OsString;
 use std::path::Path;

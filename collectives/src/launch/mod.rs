@@ -130,6 +130,18 @@ impl Exit {
     }
 }
 
+/// How any child process ended (for programs that supervise children of
+/// their own, such as Hogwild's workers), in the launcher's words.
+impl From<std::process::ExitStatus> for Exit {
+    fn from(st: std::process::ExitStatus) -> Exit {
+        match (st.code(), st.signal()) {
+            (Some(c), _) => Exit::Code(c),
+            (None, Some(s)) => Exit::Signal(s),
+            (None, None) => Exit::Unknown,
+        }
+    }
+}
+
 impl fmt::Display for Exit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
@@ -408,14 +420,7 @@ fn has_exited(pid: u32) -> bool {
 }
 
 fn exit_of(child: &mut Child) -> Exit {
-    match child.wait() {
-        Ok(st) => match (st.code(), st.signal()) {
-            (Some(c), _) => Exit::Code(c),
-            (None, Some(s)) => Exit::Signal(s),
-            (None, None) => Exit::Unknown,
-        },
-        Err(_) => Exit::Unknown,
-    }
+    child.wait().map_or(Exit::Unknown, Exit::from)
 }
 
 /// Forwards a rank's stderr as `[rank N] line`, keeping the last lines.
@@ -732,99 +737,4 @@ pub fn init(nproc: Option<usize>) -> Result<Role> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn outcome(rank: usize, exit: Exit) -> RankOutcome {
-        RankOutcome {
-            rank,
-            local_rank: rank,
-            pid: 4242,
-            exit,
-            stopped: None,
-            stderr_tail: vec!["boom".into()],
-        }
-    }
-
-    #[test]
-    fn exit_descriptions() {
-        assert_eq!(
-            outcome(1, Exit::Signal(9)).describe(),
-            "rank 1 (pid 4242) was killed by signal 9 (SIGKILL)"
-        );
-        assert_eq!(
-            outcome(2, Exit::Code(3)).describe(),
-            "rank 2 (pid 4242) exited with code 3"
-        );
-        assert_eq!(signal_name(64), "signal 64");
-    }
-
-    #[test]
-    fn report_exit_codes() {
-        let ok = LaunchReport {
-            ranks: vec![outcome(0, Exit::Code(0)), outcome(1, Exit::Code(0))],
-            failed: None,
-            interrupted: None,
-        };
-        assert_eq!(ok.exit_code(), 0);
-        assert!(ok.to_string().contains("all 2 ranks exited successfully"));
-
-        let mut killed = ok.clone();
-        killed.ranks[1].exit = Exit::Signal(libc::SIGKILL);
-        killed.failed = Some(1);
-        assert_eq!(killed.exit_code(), 137);
-        let text = killed.to_string();
-        assert!(
-            text.contains("SIGKILL") && text.contains("  | boom"),
-            "{text}"
-        );
-
-        let mut code = ok.clone();
-        code.ranks[0].exit = Exit::Code(3);
-        code.failed = Some(0);
-        assert_eq!(code.exit_code(), 3);
-
-        let mut int = ok.clone();
-        int.interrupted = Some(libc::SIGINT);
-        assert_eq!(int.exit_code(), 130);
-    }
-
-    #[test]
-    fn bad_specs_are_refused_before_starting_anything() {
-        let mut s = LaunchSpec::new("true", Vec::<OsString>::new(), 0);
-        assert!(spawn(&s).unwrap_err().to_string().contains("at least 1"));
-        s.nproc_per_node = 1;
-        s.nnodes = 2;
-        s.node_rank = 2;
-        assert!(spawn(&s).unwrap_err().to_string().contains("out of range"));
-        s.node_rank = 1;
-        let e = spawn(&s).unwrap_err().to_string();
-        assert!(e.contains("same job token"), "{e}");
-    }
-
-    #[test]
-    fn missing_program_is_an_error_not_a_report() {
-        let s = LaunchSpec::new("/nonexistent/ringside-test-program", ["x"], 2);
-        let e = spawn(&s).unwrap_err().to_string();
-        assert!(e.contains("cannot start rank 0"), "{e}");
-    }
-
-    #[test]
-    fn ranks_get_the_environment_and_results_come_back() {
-        let s = LaunchSpec::new(
-            "sh",
-            [
-                "-c",
-                "test \"$WORLD_SIZE\" = 2 && test -n \"$RINGSIDE_JOB_TOKEN\" \
-                 && echo \"hello from $RANK\" >&2 \
-                 && if [ \"$RANK\" = 1 ]; then sleep 0.3; exit 4; fi",
-            ],
-            2,
-        );
-        let r = spawn(&s).unwrap();
-        assert_eq!(r.ranks[0].exit, Exit::Code(0));
-        assert_eq!(r.ranks[0].stderr_tail, vec!["hello from 0".to_string()]);
-        assert_eq!(r.exit_code(), 4);
-        assert_eq!(r.failure().map(|f| f.rank), Some(1));
-    }
-}
+mod tests;

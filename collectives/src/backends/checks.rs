@@ -1,20 +1,10 @@
-//! Argument checks and scratch memory shared by the host-memory backends, so
-//! every backend rejects bad buffers with the same words.
+//! Argument checks shared by the backends, so every backend rejects bad
+//! buffers with the same words.
 
 use crate::Backend;
 use crate::Input;
 use crate::element::DType;
 use crate::error::{Error, Result};
-
-/// An 8-byte-aligned scratch area of `bytes` bytes, grown on demand (aligned,
-/// so reductions over it take the vectorised path for every dtype).
-pub(crate) fn area(v: &mut Vec<u64>, bytes: usize) -> &mut [u8] {
-    let words = bytes.div_ceil(8);
-    if v.len() < words {
-        v.resize(words, 0);
-    }
-    &mut bytemuck::cast_slice_mut(v.as_mut_slice())[..bytes]
-}
 
 /// The host bytes of an out-of-place input after checking its dtype and
 /// length against the output's; `None` for the in-place form.

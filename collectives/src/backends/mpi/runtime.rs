@@ -1,0 +1,351 @@
+//! MPI's process-wide state: initialised once (MPI cannot be initialised
+//! twice), finalised at exit unless this rank failed, the float16/bfloat16
+//! types and reduction ops made at start-up, and the small conversions every
+//! call needs (return codes to errors, counts to `int`, slices to pointers).
+
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use mpi::Threading;
+use mpi::environment::Universe;
+use mpi::ffi;
+
+use super::NO_IN_PLACE_VAR;
+use crate::element::{DType, ReduceOp, reduce_into};
+use crate::error::{Error, Result};
+
+/// rsmpi's handle on the MPI environment; dropping it finalises MPI. Kept here
+/// (not in a communicator) because MPI cannot be initialised a second time.
+pub(super) static UNIVERSE: Mutex<Option<Universe>> = Mutex::new(None);
+
+/// Process-wide MPI state, built by the first [`connect`].
+pub(super) static RUNTIME: OnceLock<std::result::Result<Runtime, String>> = OnceLock::new();
+
+/// Zero-length buffers are passed as a pointer to this: an empty Rust slice of
+/// bytes points at address 1, which is OpenMPI's `MPI_IN_PLACE`.
+pub(super) static EMPTY: AtomicU64 = AtomicU64::new(0);
+
+/// Set when a call failed on this rank. `MPI_Finalize` waits for every rank
+/// (OpenMPI fences), so a rank that failed alone would hang at exit while its
+/// peers wait in a collective for it; instead it exits without finalising,
+/// and the launcher ends the whole job.
+pub(super) static FAILED: AtomicBool = AtomicBool::new(false);
+
+/// Records a failure (see [`FAILED`]). `Unsupported` is not one: it is
+/// returned identically on every rank before anything is sent.
+pub(super) fn noted(r: Result<()>) -> Result<()> {
+    if let Err(e) = &r {
+        if !matches!(e, Error::Unsupported { .. }) {
+            FAILED.store(true, Ordering::SeqCst);
+        }
+    }
+    r
+}
+
+pub(super) struct Runtime {
+    /// The address `MPI_IN_PLACE` has in this library (a macro, so bindgen
+    /// cannot see it), or `None` when we do not know the library.
+    pub(super) in_place: Option<usize>,
+    /// Held around every MPI call when the library gave us less than
+    /// `MPI_THREAD_MULTIPLE`.
+    pub(super) serial: Option<Mutex<()>>,
+    /// float16 and bfloat16: 2-byte contiguous types.
+    pub(super) half: [ffi::MPI_Datatype; 2],
+    /// User ops for [`Runtime::half`], indexed [dtype][Sum, Prod, Min, Max].
+    pub(super) half_ops: [[ffi::MPI_Op; 4]; 2],
+    pub(super) world_rank: usize,
+    pub(super) world_size: usize,
+}
+
+// SAFETY: the handles in `Runtime` are created once, never freed or changed,
+// and name process-wide MPI objects. MPI allows any thread to use them at
+// MPI_THREAD_MULTIPLE; below that, every call goes through `Runtime::serial`.
+unsafe impl Send for Runtime {}
+// SAFETY: as above; `Runtime` has no interior mutability besides the mutex.
+unsafe impl Sync for Runtime {}
+
+pub(super) fn runtime() -> Result<&'static Runtime> {
+    match RUNTIME.get_or_init(init) {
+        Ok(rt) => Ok(rt),
+        Err(why) => Err(Error::Rendezvous(format!("initialising MPI: {why}"))),
+    }
+}
+
+/// Finalises MPI when the process exits: OpenMPI's launcher reports a rank
+/// that exits without `MPI_Finalize` as failed (which is what we want after
+/// [`FAILED`]).
+pub(super) extern "C" fn finalize_at_exit() {
+    if FAILED.load(Ordering::SeqCst) {
+        return;
+    }
+    if let Ok(mut slot) = UNIVERSE.lock() {
+        // Dropping the Universe calls MPI_Finalize.
+        drop(slot.take());
+    }
+}
+
+pub(super) fn finalized() -> bool {
+    let mut flag: c_int = 0;
+    // SAFETY: MPI_Finalized may be called at any time, even before MPI_Init.
+    unsafe { ffi::MPI_Finalized(&mut flag) };
+    flag != 0
+}
+
+pub(super) fn init() -> std::result::Result<Runtime, String> {
+    if finalized() {
+        return Err("MPI was already finalized in this process".into());
+    }
+    let provided = match mpi::initialize_with_threading(Threading::Multiple) {
+        Some((universe, provided)) => {
+            let mut slot = UNIVERSE
+                .lock()
+                .map_err(|_| "the MPI universe lock is poisoned".to_string())?;
+            *slot = Some(universe);
+            // SAFETY: registers a plain function with no captured state.
+            if unsafe { libc::atexit(finalize_at_exit) } != 0 {
+                return Err("could not register MPI_Finalize to run at exit".into());
+            }
+            provided
+        }
+        None => {
+            // Someone else in this process initialised MPI; they finalise it.
+            let mut level: c_int = 0;
+            // SAFETY: MPI is initialised; `level` is a valid out-pointer.
+            check(
+                unsafe { ffi::MPI_Query_thread(&mut level) },
+                "MPI_Query_thread",
+            )
+            .map_err(|e| e.to_string())?;
+            // SAFETY: reading an immutable constant exported by rsmpi's C shim.
+            if level >= unsafe { ffi::RSMPI_THREAD_MULTIPLE } {
+                Threading::Multiple
+            } else {
+                Threading::Serialized
+            }
+        }
+    };
+    build_runtime(provided).map_err(|e| e.to_string())
+}
+
+/// The four user ops (Sum, Prod, Min, Max) for the dtype with code `$d`.
+macro_rules! half_fns {
+    ($d:literal) => {
+        [
+            Some(half_op::<$d, 0> as unsafe extern "C" fn(_, _, _, _)),
+            Some(half_op::<$d, 1> as unsafe extern "C" fn(_, _, _, _)),
+            Some(half_op::<$d, 2> as unsafe extern "C" fn(_, _, _, _)),
+            Some(half_op::<$d, 3> as unsafe extern "C" fn(_, _, _, _)),
+        ]
+    };
+}
+
+pub(super) fn build_runtime(provided: Threading) -> Result<Runtime> {
+    // SAFETY (whole function): MPI is initialised; every pointer passed is a
+    // valid out-parameter on our stack, and the constants are rsmpi's.
+    unsafe {
+        let world = ffi::RSMPI_COMM_WORLD;
+        // Errors in calls not tied to one of our communicators (type and op
+        // creation) also come back instead of aborting.
+        check(
+            ffi::MPI_Comm_set_errhandler(world, ffi::RSMPI_ERRORS_RETURN),
+            "MPI_Comm_set_errhandler",
+        )?;
+        let (mut rank, mut size) = (0, 0);
+        check(ffi::MPI_Comm_rank(world, &mut rank), "MPI_Comm_rank")?;
+        check(ffi::MPI_Comm_size(world, &mut size), "MPI_Comm_size")?;
+        let mut half = [ffi::RSMPI_DATATYPE_NULL; 2];
+        for t in &mut half {
+            check(
+                ffi::MPI_Type_contiguous(2, ffi::RSMPI_UINT8_T, t),
+                "MPI_Type_contiguous",
+            )?;
+            check(ffi::MPI_Type_commit(t), "MPI_Type_commit")?;
+        }
+        let fns: [[ffi::MPI_User_function; 4]; 2] = [half_fns!(2), half_fns!(3)];
+        let mut half_ops: [[ffi::MPI_Op; 4]; 2] = [[ffi::RSMPI_SUM; 4]; 2];
+        for (ops, fs) in half_ops.iter_mut().zip(fns) {
+            for (op, f) in ops.iter_mut().zip(fs) {
+                // Commutative: MPI may then combine in any order, which is exact
+                // for the conformance suite's small integers and is what the
+                // built-in float ops do too.
+                check(ffi::MPI_Op_create(f, 1, op), "MPI_Op_create")?;
+            }
+        }
+        Ok(Runtime {
+            // RINGSIDE_MPI_NO_IN_PLACE=1 forces the copying stand-in, so its
+            // path is tested on OpenMPI too.
+            in_place: match std::env::var_os(NO_IN_PLACE_VAR) {
+                Some(_) => None,
+                None => in_place_address(&library_version()),
+            },
+            serial: (provided != Threading::Multiple).then(|| Mutex::new(())),
+            half,
+            half_ops,
+            world_rank: usize::try_from(rank).unwrap_or(usize::MAX),
+            world_size: usize::try_from(size).unwrap_or(0),
+        })
+    }
+}
+
+/// An `MPI_User_function` for dtype code `D` and op code `O`:
+/// `inout[i] = op(in[i], inout[i])` over `*len` 2-byte elements.
+pub(super) unsafe extern "C" fn half_op<const D: u8, const O: u8>(
+    invec: *mut c_void,
+    inoutvec: *mut c_void,
+    len: *mut c_int,
+    _datatype: *mut ffi::MPI_Datatype,
+) {
+    let (Some(dtype), Some(op)) = (DType::from_code(D), ReduceOp::from_code(O)) else {
+        return;
+    };
+    if len.is_null() || invec.is_null() || inoutvec.is_null() {
+        return;
+    }
+    // SAFETY: MPI passes a valid pointer to the element count.
+    let Ok(n) = usize::try_from(unsafe { *len }) else {
+        return;
+    };
+    let bytes = n * dtype.size();
+    // SAFETY: MPI passes two distinct buffers of `n` elements of the 2-byte
+    // type this op was created for (it is only ever used with that type).
+    let (src, dst) = unsafe {
+        (
+            std::slice::from_raw_parts(invec.cast::<u8>(), bytes),
+            std::slice::from_raw_parts_mut(inoutvec.cast::<u8>(), bytes),
+        )
+    };
+    reduce_into(dtype, op, dst, src);
+}
+
+pub(super) fn library_version() -> String {
+    let mut buf = vec![0 as c_char; ffi::MPI_MAX_LIBRARY_VERSION_STRING as usize + 1];
+    let mut len: c_int = 0;
+    // SAFETY: the buffer holds MPI_MAX_LIBRARY_VERSION_STRING characters.
+    let rc = unsafe { ffi::MPI_Get_library_version(buf.as_mut_ptr(), &mut len) };
+    if rc != 0 {
+        return String::new();
+    }
+    let bytes: Vec<u8> = buf[..usize::try_from(len).unwrap_or(0).min(buf.len())]
+        .iter()
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// `MPI_IN_PLACE` is a macro in `mpi.h`, invisible to bindgen: OpenMPI defines
+/// it as `(void *) 1`, MPICH and its derivatives (Intel MPI, MVAPICH) as
+/// `(void *) -1`.
+pub(super) fn in_place_address(library_version: &str) -> Option<usize> {
+    if library_version.contains("Open MPI") {
+        Some(1)
+    } else if ["MPICH", "Intel(R) MPI", "MVAPICH"]
+        .iter()
+        .any(|name| library_version.contains(name))
+    {
+        Some(usize::MAX)
+    } else {
+        None
+    }
+}
+
+pub(super) fn error_string(rc: c_int) -> String {
+    let mut buf = vec![0 as c_char; ffi::MPI_MAX_ERROR_STRING as usize + 1];
+    let mut len: c_int = 0;
+    // SAFETY: the buffer holds MPI_MAX_ERROR_STRING characters.
+    if unsafe { ffi::MPI_Error_string(rc, buf.as_mut_ptr(), &mut len) } != 0 {
+        return format!("MPI error code {rc}");
+    }
+    let bytes: Vec<u8> = buf[..usize::try_from(len).unwrap_or(0).min(buf.len())]
+        .iter()
+        .map(|&c| c as u8)
+        .collect();
+    format!("{} (MPI error code {rc})", String::from_utf8_lossy(&bytes))
+}
+
+/// Turns an MPI return code into our error, with MPI's message.
+pub(super) fn check(rc: c_int, what: &str) -> Result<()> {
+    if rc == ffi::MPI_SUCCESS as c_int {
+        Ok(())
+    } else {
+        Err(Error::Protocol(format!(
+            "{what} failed: {}",
+            error_string(rc)
+        )))
+    }
+}
+
+/// A count as MPI's `int`.
+pub(super) fn int(n: usize, what: &str) -> Result<c_int> {
+    c_int::try_from(n).map_err(|_| {
+        Error::InvalidArgument(format!(
+            "{what}: {n} elements is more than MPI's int count can say"
+        ))
+    })
+}
+
+pub(super) fn cptr(s: &[u8]) -> *const c_void {
+    if s.is_empty() {
+        EMPTY.as_ptr().cast_const().cast()
+    } else {
+        s.as_ptr().cast()
+    }
+}
+
+pub(super) fn mptr(s: &mut [u8]) -> *mut c_void {
+    if s.is_empty() {
+        // MPI writes nothing for a count of 0.
+        EMPTY.as_ptr().cast()
+    } else {
+        s.as_mut_ptr().cast()
+    }
+}
+
+impl Runtime {
+    pub(super) fn lock(&self) -> Result<Option<MutexGuard<'_, ()>>> {
+        match &self.serial {
+            None => Ok(None),
+            Some(m) => m
+                .lock()
+                .map(Some)
+                .map_err(|_| Error::Protocol("the MPI call lock is poisoned".into())),
+        }
+    }
+
+    pub(super) fn datatype(&self, d: DType) -> ffi::MPI_Datatype {
+        // SAFETY: reading immutable handles exported by rsmpi's C shim.
+        unsafe {
+            match d {
+                DType::F32 => ffi::RSMPI_FLOAT,
+                DType::F64 => ffi::RSMPI_DOUBLE,
+                DType::I32 => ffi::RSMPI_INT32_T,
+                DType::I64 => ffi::RSMPI_INT64_T,
+                DType::U8 => ffi::RSMPI_UINT8_T,
+                DType::F16 => self.half[0],
+                DType::BF16 => self.half[1],
+            }
+        }
+    }
+
+    pub(super) fn op(&self, d: DType, op: ReduceOp) -> ffi::MPI_Op {
+        let i = match op {
+            ReduceOp::Sum | ReduceOp::Avg => 0,
+            ReduceOp::Prod => 1,
+            ReduceOp::Min => 2,
+            ReduceOp::Max => 3,
+        };
+        // SAFETY: reading immutable handles exported by rsmpi's C shim.
+        unsafe {
+            match d {
+                DType::F16 => self.half_ops[0][i],
+                DType::BF16 => self.half_ops[1][i],
+                _ => [
+                    ffi::RSMPI_SUM,
+                    ffi::RSMPI_PROD,
+                    ffi::RSMPI_MIN,
+                    ffi::RSMPI_MAX,
+                ][i],
+            }
+        }
+    }
+}

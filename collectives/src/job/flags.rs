@@ -1,0 +1,202 @@
+//! The job flags, declared once for every program that runs as ranks
+//! (`ringside sweep`, `bench` and `conformance`, `ringside-train`, the labs):
+//! how many local ranks to spawn, which backend, how it connects, how long a
+//! wait may take. A program flattens them into its own arguments and picks
+//! its default `--nproc`:
+//!
+//! ```no_run
+//! use clap::Parser;
+//!
+//! #[derive(Parser)]
+//! struct Args {
+//!     #[command(flatten)]
+//!     job: collectives::job::JobArgs<4>,
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let args = Args::parse();
+//! let Ok(joined) = args.job.join("lab/")? else {
+//!     return Ok(()); // we launched the ranks; they are done
+//! };
+//! # Ok(()) }
+//! ```
+//!
+//! `--transport`, `--algo` and `--timeout` have environment forms
+//! (`RINGSIDE_TRANSPORT`, `RINGSIDE_ALGO`, `RINGSIDE_TIMEOUT`, as
+//! [`Options::new`](crate::backends::Options::new) reads them), which the flags
+//! override. Gloo's algorithm also has its own, `RINGSIDE_GLOO_ALGO`, which
+//! wins over `--algo` (see [`crate::backends::gloo`]).
+//!
+//! The values parse with each type's own `parse` (so `ref`, `hd` or
+//! `ring_chunked` work as they do in the environment forms), not with clap's
+//! `ValueEnum`, whose matching and error text would be a second copy of the
+//! names.
+
+use std::time::Duration;
+
+use super::{JoinError, connect, start_rank};
+use crate::algorithms::Algo;
+use crate::rendezvous::env::Rendezvous;
+use crate::transport::TransportKind;
+use crate::{Backend, Communicator};
+
+/// `--nproc`, with this program's default `NPROC`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct SpawnArgs<const NPROC: usize = 2> {
+    /// Local ranks to spawn (ignored under a launcher such as torchrun or mpirun).
+    #[arg(long, default_value_t = NPROC)]
+    pub nproc: usize,
+}
+
+/// How a communicator connects: `--transport`, `--algo`, `--timeout`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ConnectArgs {
+    /// Reference backend transport: auto, tcp or shm.
+    #[arg(long, default_value = "auto", env = "RINGSIDE_TRANSPORT", value_parser = parse_transport)]
+    pub transport: TransportKind,
+    /// all_reduce algorithm: auto, ring, halving-doubling, recursive-doubling,
+    /// tree (reference backend); auto, ring, ring-chunked, halving-doubling,
+    /// bcube (Gloo; others mean auto).
+    #[arg(long, default_value = "auto", env = "RINGSIDE_ALGO", value_parser = parse_algo)]
+    pub algo: Algo,
+    /// Seconds any single wait may take.
+    #[arg(long, default_value_t = 120.0, env = "RINGSIDE_TIMEOUT")]
+    pub timeout: f64,
+}
+
+/// The flags every rank-running program shares; `NPROC` is its default `--nproc`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct JobArgs<const NPROC: usize = 2> {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub spawn: SpawnArgs<NPROC>,
+    /// Backend: reference, gloo, mpi or nccl.
+    #[arg(long, default_value = "reference", value_parser = parse_backend)]
+    pub backend: Backend,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub connect: ConnectArgs,
+}
+
+/// A rank of the job, with its communicator.
+pub struct Joined {
+    /// The job's store (close it when done).
+    pub rdv: Box<Rendezvous>,
+    /// The communicator the flags asked for.
+    pub comm: Box<dyn Communicator>,
+    /// The per-wait timeout.
+    pub timeout: Duration,
+}
+
+impl ConnectArgs {
+    /// `--timeout` as a duration.
+    pub fn timeout(&self) -> Result<Duration, JoinError> {
+        Duration::try_from_secs_f64(self.timeout).map_err(JoinError::Timeout)
+    }
+
+    /// Connects a communicator of `backend` among the job's ranks; `prefix`
+    /// keeps the store keys of several communicators apart.
+    pub fn communicator(
+        &self,
+        rdv: &Rendezvous,
+        backend: Backend,
+        prefix: &str,
+    ) -> Result<Box<dyn Communicator>, JoinError> {
+        connect(
+            rdv,
+            backend,
+            self.transport,
+            self.algo,
+            self.timeout()?,
+            prefix,
+        )
+    }
+}
+
+impl<const NPROC: usize> JobArgs<NPROC> {
+    /// Starts or joins the job and connects the communicator; `Ok(Err(code))`
+    /// when this process was the launcher and the job ended with exit `code`.
+    pub fn join(&self, prefix: &str) -> Result<Result<Joined, i32>, JoinError> {
+        let timeout = self.connect.timeout()?;
+        let rdv = match start_rank(self.spawn.nproc, timeout)? {
+            Ok(rdv) => rdv,
+            Err(code) => return Ok(Err(code)),
+        };
+        let comm = self.connect.communicator(&rdv, self.backend, prefix)?;
+        Ok(Ok(Joined { rdv, comm, timeout }))
+    }
+}
+
+/// `--backend`'s parser.
+pub fn parse_backend(s: &str) -> Result<Backend, String> {
+    Backend::parse(s).ok_or_else(|| format!("unknown backend {s:?} (reference, gloo, mpi, nccl)"))
+}
+
+/// `--transport`'s parser.
+pub fn parse_transport(s: &str) -> Result<TransportKind, String> {
+    TransportKind::parse(s).ok_or_else(|| format!("unknown transport {s:?} (auto, tcp, shm)"))
+}
+
+/// `--algo`'s parser.
+pub fn parse_algo(s: &str) -> Result<Algo, String> {
+    Algo::parse(s).ok_or_else(|| {
+        format!(
+            "unknown algorithm {s:?} (auto, ring, halving-doubling, recursive-doubling, tree, \
+             ring-chunked, bcube)"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Lab {
+        #[command(flatten)]
+        job: JobArgs<4>,
+    }
+
+    #[test]
+    fn defaults_and_the_programs_nproc() {
+        let a = Lab::try_parse_from(["lab"]).unwrap();
+        assert_eq!(a.job.spawn.nproc, 4);
+        assert_eq!(a.job.backend, Backend::Reference);
+        assert_eq!(a.job.connect.algo, Algo::Auto);
+        assert_eq!(a.job.connect.timeout().unwrap(), Duration::from_secs(120));
+    }
+
+    #[test]
+    fn values_parse_as_their_environment_forms() {
+        let a = Lab::try_parse_from([
+            "lab",
+            "--backend",
+            "ref",
+            "--transport",
+            "shm",
+            "--algo",
+            "ring_chunked",
+            "--nproc",
+            "3",
+        ])
+        .unwrap();
+        assert_eq!(a.job.backend, Backend::Reference);
+        assert_eq!(a.job.connect.transport, TransportKind::Shm);
+        assert_eq!(a.job.connect.algo, Algo::RingChunked);
+        assert_eq!(a.job.spawn.nproc, 3);
+        let e = Lab::try_parse_from(["lab", "--backend", "nope"]).unwrap_err();
+        assert!(e.to_string().contains("unknown backend"), "{e}");
+    }
+
+    #[test]
+    fn a_negative_timeout_is_refused() {
+        let a = Lab::try_parse_from(["lab", "--timeout=-1"]).unwrap();
+        let e = a.job.connect.timeout().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--timeout must be a non-negative number of seconds"
+        );
+    }
+}
