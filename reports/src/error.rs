@@ -91,3 +91,37 @@ pub enum Error {
         source: std::io::Error,
     },
 }
+
+/// The results vocabulary's errors keep their own variants and messages here.
+impl From<measure::Error> for Error {
+    fn from(e: measure::Error) -> Self {
+        match e {
+            measure::Error::Read { path, source } => Error::Read { path, source },
+            measure::Error::Parse { path, source } => Error::Parse { path, source },
+            measure::Error::WrongFormat {
+                path,
+                found,
+                expected,
+            } => Error::WrongFormat {
+                path,
+                found,
+                expected,
+            },
+            measure::Error::InvalidRecord {
+                path,
+                index,
+                label,
+                reason,
+            } => Error::InvalidRecord {
+                path,
+                index,
+                label,
+                reason,
+            },
+            // Reports only reads whole files: these come from writers and line readers.
+            other @ (measure::Error::BadLine { .. }
+            | measure::Error::Write { .. }
+            | measure::Error::Serialise(_)) => Error::NoRecords(other.to_string()),
+        }
+    }
+}
