@@ -11,9 +11,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// The discriminants are the one-byte codes of the reference backend's wire
 /// headers ([`Collective::code`]): do not reorder.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Collective {
     /// Everyone gets the reduction of everyone's input.
@@ -93,7 +91,9 @@ impl Collective {
     pub fn parse(s: &str) -> Option<Collective> {
         let squash = |s: &str| s.trim().to_ascii_lowercase().replace(['-', '_'], "");
         let want = squash(s);
-        Collective::ALL.into_iter().find(|c| squash(c.key()) == want)
+        Collective::ALL
+            .into_iter()
+            .find(|c| squash(c.key()) == want)
     }
 
     /// nccl-tests' bus-bandwidth factor at `world` ranks ([`busbw_factor`]).

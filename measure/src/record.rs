@@ -190,9 +190,7 @@ impl Record {
         if let Some(a) = self.algbw_gbps
             && !close(a, algbw)
         {
-            out.push(format!(
-                "algbw {a} GB/s but bytes/median gives {algbw:.6}"
-            ));
+            out.push(format!("algbw {a} GB/s but bytes/median gives {algbw:.6}"));
         }
         if let Some(b) = self.busbw_gbps
             && !close(b, busbw)

@@ -354,7 +354,10 @@ fn plots_for(ds: &Dataset, fits: &[SeriesFit], collective: Collective) -> Option
             .flat_map(|b| b.points.iter().flat_map(|p| [p.1, p.2])),
     )?;
     let spread = Plot {
-        title: format!("{}: per-iteration spread (min–max band, median line)", collective.key()),
+        title: format!(
+            "{}: per-iteration spread (min–max band, median line)",
+            collective.key()
+        ),
         y_desc: "time per iteration (log)",
         x_range,
         y: YAxis::Log(spread_y.0, spread_y.1),

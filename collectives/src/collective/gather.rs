@@ -1,0 +1,56 @@
+//! gather: the root ends with the concatenation of all inputs.
+//! S is the root's full buffer; busbw factor (n−1)/n (nccl-tests' gather.cu).
+
+use super::Descriptor;
+use super::expected::{Case, Checked};
+use crate::aligned::Aligned;
+use crate::element::ReduceOp;
+use crate::error::Result;
+use crate::{Buffer, BufferMut, Collective, Communicator, Input};
+
+/// gather's descriptor.
+pub const DESCRIPTOR: Descriptor = Descriptor {
+    collective: Collective::Gather,
+    reducing: false,
+    rooted: true,
+    in_place: true,
+    payload: true,
+    blocks: |total, n| (total / n, total / n, total / n * n),
+    run,
+    check,
+};
+
+fn run(
+    comm: &dyn Communicator,
+    input: Input<'_>,
+    output: &mut BufferMut<'_>,
+    _op: ReduceOp,
+    root: usize,
+) -> Result<()> {
+    comm.gather(input, output, root)
+}
+
+fn check(comm: &dyn Communicator, c: &Case) -> Result<Checked> {
+    let (me, n) = (comm.rank(), comm.world_size());
+    let want: Vec<u8> = (0..n).flat_map(|r| c.input(r, c.count)).collect();
+    let input = Aligned::from(&c.input(me, c.count));
+    let mut out = Aligned::zeros(n * c.count * c.dtype.size());
+    let inp = if c.in_place {
+        out.bytes_mut()[c.block(me)].copy_from_slice(input.bytes());
+        Input::InPlace
+    } else {
+        Input::Buffer(Buffer::from_bytes(c.dtype, input.bytes())?)
+    };
+    run(
+        comm,
+        inp,
+        &mut BufferMut::from_bytes(c.dtype, out.bytes_mut())?,
+        c.op_or_sum(),
+        c.root,
+    )?;
+    Ok(if me == c.root {
+        c.compare("root output", out.bytes(), &want)
+    } else {
+        Ok(())
+    })
+}
