@@ -38,6 +38,7 @@ pub mod error;
 pub mod job;
 pub mod launch;
 pub mod rendezvous;
+pub mod testing;
 pub mod threads;
 pub mod transport;
 
