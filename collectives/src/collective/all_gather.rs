@@ -4,9 +4,8 @@
 use super::Descriptor;
 use super::expected::{Case, Checked};
 use crate::aligned::Aligned;
-use crate::element::ReduceOp;
 use crate::error::Result;
-use crate::{Buffer, BufferMut, Collective, Communicator, Input};
+use crate::{Buffer, Collective, Communicator, Input};
 
 /// all_gather's descriptor.
 pub const DESCRIPTOR: Descriptor = Descriptor {
@@ -16,19 +15,9 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     in_place: true,
     payload: true,
     blocks: |total, n| (total / n, total / n, total / n * n),
-    run,
+    run: |comm, input, output, _, _| comm.all_gather(input, output),
     check,
 };
-
-fn run(
-    comm: &dyn Communicator,
-    input: Input<'_>,
-    output: &mut BufferMut<'_>,
-    _op: ReduceOp,
-    _root: usize,
-) -> Result<()> {
-    comm.all_gather(input, output)
-}
 
 fn check(comm: &dyn Communicator, c: &Case) -> Result<Checked> {
     let (me, n) = (comm.rank(), comm.world_size());
@@ -41,12 +30,6 @@ fn check(comm: &dyn Communicator, c: &Case) -> Result<Checked> {
     } else {
         Input::Buffer(Buffer::from_bytes(c.dtype, input.bytes())?)
     };
-    run(
-        comm,
-        inp,
-        &mut BufferMut::from_bytes(c.dtype, out.bytes_mut())?,
-        c.op_or_sum(),
-        c.root,
-    )?;
+    c.call(comm, inp, &mut out)?;
     Ok(c.compare("output", out.bytes(), &want))
 }

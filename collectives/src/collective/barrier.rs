@@ -3,9 +3,8 @@
 
 use super::Descriptor;
 use super::expected::{Case, Checked};
-use crate::element::ReduceOp;
 use crate::error::Result;
-use crate::{BufferMut, Collective, Communicator, Input};
+use crate::{Collective, Communicator};
 
 /// barrier's descriptor.
 pub const DESCRIPTOR: Descriptor = Descriptor {
@@ -15,19 +14,9 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     in_place: false,
     payload: false,
     blocks: |_, _| (0, 0, 0),
-    run,
+    run: |comm, _, _, _, _| comm.barrier(),
     check,
 };
-
-fn run(
-    comm: &dyn Communicator,
-    _input: Input<'_>,
-    _output: &mut BufferMut<'_>,
-    _op: ReduceOp,
-    _root: usize,
-) -> Result<()> {
-    comm.barrier()
-}
 
 fn check(comm: &dyn Communicator, _c: &Case) -> Result<Checked> {
     comm.barrier()?;

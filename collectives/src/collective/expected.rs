@@ -9,7 +9,7 @@ use half::{bf16, f16};
 use crate::aligned::Aligned;
 use crate::element::{DType, Element, ReduceOp, finish_avg, reduce_into};
 use crate::error::Result;
-use crate::{Buffer, Input};
+use crate::{Buffer, BufferMut, Communicator, Input};
 
 /// One checked call: which collective, on what.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,6 +154,18 @@ impl Case {
     pub(crate) fn block(&self, r: usize) -> std::ops::Range<usize> {
         let b = self.count * self.dtype.size();
         r * b..(r + 1) * b
+    }
+
+    /// Runs the collective once (its descriptor's `run`) with `input`,
+    /// writing into `out`.
+    pub(crate) fn call(
+        &self,
+        comm: &dyn Communicator,
+        input: Input<'_>,
+        out: &mut Aligned,
+    ) -> Result<()> {
+        let out = &mut BufferMut::from_bytes(self.dtype, out.bytes_mut())?;
+        (super::of(self.collective).run)(comm, input, out, self.op_or_sum(), self.root)
     }
 
     /// Compares `got` with `want` element by element.

@@ -32,6 +32,15 @@ use crate::{BufferMut, Collective, Communicator, Input};
 
 use expected::{Case, Checked};
 
+/// One call of a collective on a communicator: (comm, input, output, op, root).
+pub type RunFn = fn(
+    comm: &dyn Communicator,
+    input: Input<'_>,
+    output: &mut BufferMut<'_>,
+    op: ReduceOp,
+    root: usize,
+) -> Result<()>;
+
 /// Everything the harness and the suite need to know about one collective.
 #[derive(Debug)]
 pub struct Descriptor {
@@ -51,13 +60,7 @@ pub struct Descriptor {
     pub blocks: fn(total: usize, n: usize) -> (usize, usize, usize),
     /// One call. `input` is [`Input::InPlace`] only when the collective has
     /// an in-place form; `op` and `root` matter only where it takes them.
-    pub run: fn(
-        comm: &dyn Communicator,
-        input: Input<'_>,
-        output: &mut BufferMut<'_>,
-        op: ReduceOp,
-        root: usize,
-    ) -> Result<()>,
+    pub run: RunFn,
     /// One call on fresh integer inputs, compared with the sequential
     /// reference: `Ok(Err(_))` is a wrong result, `Err(_)` a communicator error.
     pub check: fn(comm: &dyn Communicator, case: &Case) -> Result<Checked>,

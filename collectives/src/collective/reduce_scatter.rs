@@ -4,9 +4,8 @@
 use super::Descriptor;
 use super::expected::{Case, Checked};
 use crate::aligned::Aligned;
-use crate::element::ReduceOp;
 use crate::error::Result;
-use crate::{Buffer, BufferMut, Collective, Communicator, Input};
+use crate::{Buffer, Collective, Communicator, Input};
 
 /// reduce_scatter's descriptor.
 pub const DESCRIPTOR: Descriptor = Descriptor {
@@ -16,19 +15,9 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
     in_place: true,
     payload: true,
     blocks: |total, n| (total / n, total / n * n, total / n),
-    run,
+    run: |comm, input, output, op, _| comm.reduce_scatter(input, output, op),
     check,
 };
-
-fn run(
-    comm: &dyn Communicator,
-    input: Input<'_>,
-    output: &mut BufferMut<'_>,
-    op: ReduceOp,
-    _root: usize,
-) -> Result<()> {
-    comm.reduce_scatter(input, output, op)
-}
 
 fn check(comm: &dyn Communicator, c: &Case) -> Result<Checked> {
     let (me, n) = (comm.rank(), comm.world_size());
@@ -37,22 +26,14 @@ fn check(comm: &dyn Communicator, c: &Case) -> Result<Checked> {
     let input = Aligned::from(&c.input(me, n * c.count));
     Ok(if c.in_place {
         let mut out = Aligned::from(input.bytes());
-        run(
-            comm,
-            Input::InPlace,
-            &mut BufferMut::from_bytes(dt, out.bytes_mut())?,
-            c.op_or_sum(),
-            c.root,
-        )?;
+        c.call(comm, Input::InPlace, &mut out)?;
         c.compare("own block", &out.bytes()[c.block(me)], &want[c.block(me)])
     } else {
         let mut out = Aligned::zeros(c.count * es);
-        run(
+        c.call(
             comm,
             Input::Buffer(Buffer::from_bytes(dt, input.bytes())?),
-            &mut BufferMut::from_bytes(dt, out.bytes_mut())?,
-            c.op_or_sum(),
-            c.root,
+            &mut out,
         )?;
         c.compare("output", out.bytes(), &want[c.block(me)])
     })

@@ -54,12 +54,10 @@ fn check(comm: &dyn Communicator, c: &Case) -> Result<Checked> {
     let left = (me + n - 1) % n;
     let input = Aligned::from(&c.input(me, c.count));
     let mut out = Aligned::zeros(c.count * c.dtype.size());
-    run(
+    c.call(
         comm,
         Input::Buffer(Buffer::from_bytes(c.dtype, input.bytes())?),
-        &mut BufferMut::from_bytes(c.dtype, out.bytes_mut())?,
-        c.op_or_sum(),
-        c.root,
+        &mut out,
     )?;
     Ok(c.compare("received", out.bytes(), &c.input(left, c.count)))
 }
