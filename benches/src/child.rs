@@ -14,7 +14,7 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::record::{Record, parse_line};
+use measure::{Record, parse_line};
 
 /// Lines of non-record output kept per job for error reports.
 const TAIL_LINES: usize = 30;
@@ -311,7 +311,7 @@ mod tests {
 
     #[test]
     fn malformed_record_fails_the_job() {
-        let bad = LINE.replace(r#""wrong":0"#, r#""wrong":-1"#);
+        let bad = LINE.replace(r#""wrong":0"#, r#""wrong":"none""#);
         let out = run(
             vec![sh(&format!("echo '{bad}'"))],
             Duration::from_secs(5),

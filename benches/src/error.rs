@@ -16,17 +16,9 @@ pub enum Error {
     /// A sweep whose flags make no sense (e.g. factor 1).
     #[error("bad sweep: {0}")]
     BadSweep(String),
-    /// An implementation name not in [`crate::Impl::ALL`].
-    #[error("unknown implementation {0:?} (known: {known})", known = crate::Impl::names())]
-    UnknownImpl(String),
-    /// A line that looks like a result record but does not parse as one.
-    #[error("bad result line {line:?}: {source}")]
-    BadRecord {
-        /// The offending line (truncated).
-        line: String,
-        /// The JSON error.
-        source: serde_json::Error,
-    },
+    /// An implementation name not in [`crate::Label::ALL`].
+    #[error("unknown implementation {0:?} (known: {known})", known = crate::Label::names())]
+    UnknownLabel(String),
 }
 
 /// `Result` with this crate's [`Error`].

@@ -3,14 +3,14 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::Impl;
-use crate::record::Record;
+use crate::Label;
+use crate::Record;
 use crate::sizes::format_size;
 
 /// Every record of one runner invocation, keyed by what was launched.
 #[derive(Clone, Debug, Default)]
 pub struct Results {
-    records: BTreeMap<(Impl, u64), Record>,
+    records: BTreeMap<(Label, u64), Record>,
 }
 
 impl Results {
@@ -21,13 +21,13 @@ impl Results {
 
     /// Files `record` under `imp` (setting its label); a later record for the
     /// same implementation and size replaces the earlier one.
-    pub fn insert(&mut self, imp: Impl, mut record: Record) {
-        record.label = Some(imp.name().to_string());
+    pub fn insert(&mut self, imp: Label, mut record: Record) {
+        record.label = imp.name().to_string();
         self.records.insert((imp, record.bytes), record);
     }
 
     /// The record for `imp` at `bytes`, if any.
-    pub fn get(&self, imp: Impl, bytes: u64) -> Option<&Record> {
+    pub fn get(&self, imp: Label, bytes: u64) -> Option<&Record> {
         self.records.get(&(imp, bytes))
     }
 
@@ -80,9 +80,9 @@ pub struct Target {
     /// Short column name, e.g. `shm/mpi bw`.
     pub name: &'static str,
     /// Our implementation.
-    pub ours: Impl,
+    pub ours: Label,
     /// The library we are measured against.
-    pub theirs: Impl,
+    pub theirs: Label,
     /// What is compared.
     pub metric: Metric,
     /// For [`Metric::Busbw`], the ratio must be at least this; for
@@ -101,8 +101,8 @@ const KIB4: u64 = 4 << 10;
 pub const TARGETS: [Target; 4] = [
     Target {
         name: "shm/mpi bw",
-        ours: Impl::RingsideShm,
-        theirs: Impl::Mpi,
+        ours: Label::RingsideShm,
+        theirs: Label::Mpi,
         metric: Metric::Busbw,
         bound: 1.0,
         sizes: SizeRule::AtLeast(MIB),
@@ -110,8 +110,8 @@ pub const TARGETS: [Target; 4] = [
     },
     Target {
         name: "shm/mpi lat",
-        ours: Impl::RingsideShm,
-        theirs: Impl::Mpi,
+        ours: Label::RingsideShm,
+        theirs: Label::Mpi,
         metric: Metric::Latency,
         bound: 2.0,
         sizes: SizeRule::AtMost(KIB4),
@@ -119,8 +119,8 @@ pub const TARGETS: [Target; 4] = [
     },
     Target {
         name: "tcp/gloo bw",
-        ours: Impl::RingsideTcp,
-        theirs: Impl::GlooRing,
+        ours: Label::RingsideTcp,
+        theirs: Label::GlooRing,
         metric: Metric::Busbw,
         bound: 1.5,
         sizes: SizeRule::AtLeast(MIB),
@@ -128,8 +128,8 @@ pub const TARGETS: [Target; 4] = [
     },
     Target {
         name: "tcp/gloo lat",
-        ours: Impl::RingsideTcp,
-        theirs: Impl::GlooRing,
+        ours: Label::RingsideTcp,
+        theirs: Label::GlooRing,
         metric: Metric::Latency,
         bound: 0.3,
         sizes: SizeRule::AtMost(KIB4),
@@ -146,7 +146,7 @@ impl Target {
     /// ours / theirs for the metric (busbw or median latency).
     pub fn ratio(&self, ours: &Record, theirs: &Record) -> f64 {
         match self.metric {
-            Metric::Busbw => ours.busbw() / theirs.busbw(),
+            Metric::Busbw => ours.computed_busbw() / theirs.computed_busbw(),
             Metric::Latency => ours.median_us / theirs.median_us,
         }
     }
@@ -224,7 +224,7 @@ impl Summary {
 /// peer that failed) counts as unmeasured.
 pub fn ratios(
     results: &Results,
-    impls: &[Impl],
+    impls: &[Label],
     world: usize,
     sizes: &[u64],
 ) -> (Vec<Ratio>, Summary) {
@@ -294,8 +294,8 @@ pub fn format_gbps(g: f64) -> String {
 /// slowest rank per iteration) and busbw (GB/s, recomputed from bytes and
 /// median so rounding in the printed value does not matter). `!` marks a
 /// record with wrong elements.
-pub fn results_table(results: &Results, impls: &[Impl], sizes: &[u64]) -> String {
-    let width = |imp: Impl| imp.name().len().max(20);
+pub fn results_table(results: &Results, impls: &[Label], sizes: &[u64]) -> String {
+    let width = |imp: Label| imp.name().len().max(20);
     let mut out = String::new();
     let _ = write!(out, "{:>10}", "");
     for &imp in impls {
@@ -317,7 +317,7 @@ pub fn results_table(results: &Results, impls: &[Impl], sizes: &[u64]) -> String
                     let mark = if r.wrong > 0 { "!" } else { "" };
                     (
                         format!("{}{mark}", format_us(r.median_us)),
-                        format_gbps(r.busbw()),
+                        format_gbps(r.computed_busbw()),
                     )
                 }
                 None => ("-".to_string(), "-".to_string()),
@@ -382,36 +382,44 @@ pub fn ratio_table(cells: &[Ratio], sizes: &[u64]) -> String {
 mod tests {
     use super::*;
 
-    fn rec(imp: Impl, world: usize, bytes: u64, median_us: f64) -> Record {
+    fn rec(imp: Label, world: usize, bytes: u64, median_us: f64) -> Record {
         let algbw = bytes as f64 / (median_us * 1e-6) / 1e9;
         Record {
-            impl_name: imp.name().into(),
-            collective: "all_reduce".into(),
+            label: imp.name().into(),
+            backend: String::new(),
+            algo: String::new(),
+            peer: false,
+            collective: measure::Collective::AllReduce,
             world,
             bytes,
+            count: bytes / 4,
             dtype: "float".into(),
+            op: "sum".into(),
+            root: -1,
+            in_place: true,
             iters: 10,
             min_us: median_us,
             median_us,
+            mean_us: None,
+            p99_us: None,
             max_us: median_us,
-            algbw_gbps: algbw,
-            busbw_gbps: algbw * crate::record::allreduce_bus_factor(world),
+            algbw_gbps: Some(algbw),
+            busbw_gbps: Some(algbw * measure::busbw_factor(measure::Collective::AllReduce, world)),
             wrong: 0,
-            label: None,
         }
     }
 
     fn two_impls(world: usize, bytes: u64, ours_us: f64, mpi_us: f64) -> Results {
         let mut r = Results::new();
         r.insert(
-            Impl::RingsideShm,
-            rec(Impl::RingsideShm, world, bytes, ours_us),
+            Label::RingsideShm,
+            rec(Label::RingsideShm, world, bytes, ours_us),
         );
-        r.insert(Impl::Mpi, rec(Impl::Mpi, world, bytes, mpi_us));
+        r.insert(Label::Mpi, rec(Label::Mpi, world, bytes, mpi_us));
         r
     }
 
-    const SHM_MPI: [Impl; 2] = [Impl::Mpi, Impl::RingsideShm];
+    const SHM_MPI: [Label; 2] = [Label::Mpi, Label::RingsideShm];
 
     #[test]
     fn busbw_ratio_passes_when_faster() {
@@ -467,7 +475,7 @@ mod tests {
     #[test]
     fn missing_side_counts_as_unmeasured_only_where_judged() {
         let mut r = Results::new();
-        r.insert(Impl::Mpi, rec(Impl::Mpi, 2, 1 << 20, 100.0));
+        r.insert(Label::Mpi, rec(Label::Mpi, 2, 1 << 20, 100.0));
         let (cells, summary) = ratios(&r, &SHM_MPI, 2, &[64 << 10, 1 << 20]);
         assert!(cells.is_empty());
         assert_eq!(summary.unmeasured, vec![("shm/mpi bw", 1 << 20)]);
@@ -476,7 +484,7 @@ mod tests {
     #[test]
     fn targets_need_both_sides_selected() {
         let r = two_impls(2, 1 << 20, 80.0, 100.0);
-        let (cells, summary) = ratios(&r, &[Impl::Mpi], 2, &[1 << 20]);
+        let (cells, summary) = ratios(&r, &[Label::Mpi], 2, &[1 << 20]);
         assert!(cells.is_empty());
         assert!(summary.all_met());
     }
@@ -484,9 +492,9 @@ mod tests {
     #[test]
     fn tcp_targets_compare_against_gloo_ring() {
         let mut r = Results::new();
-        r.insert(Impl::RingsideTcp, rec(Impl::RingsideTcp, 2, 8, 20.0));
-        r.insert(Impl::GlooRing, rec(Impl::GlooRing, 2, 8, 100.0));
-        let imps = [Impl::GlooRing, Impl::RingsideTcp];
+        r.insert(Label::RingsideTcp, rec(Label::RingsideTcp, 2, 8, 20.0));
+        r.insert(Label::GlooRing, rec(Label::GlooRing, 2, 8, 100.0));
+        let imps = [Label::GlooRing, Label::RingsideTcp];
         let (cells, summary) = ratios(&r, &imps, 2, &[8]);
         assert_eq!(cells.len(), 2);
         assert_eq!(cells[0].target.name, "tcp/gloo bw");
@@ -500,20 +508,20 @@ mod tests {
     #[test]
     fn insert_labels_and_replaces() {
         let mut r = Results::new();
-        r.insert(Impl::RingsideShm, rec(Impl::Mpi, 2, 8, 5.0));
-        r.insert(Impl::RingsideShm, rec(Impl::Mpi, 2, 8, 4.0));
+        r.insert(Label::RingsideShm, rec(Label::Mpi, 2, 8, 5.0));
+        r.insert(Label::RingsideShm, rec(Label::Mpi, 2, 8, 4.0));
         assert_eq!(r.len(), 1);
-        let got = r.get(Impl::RingsideShm, 8).unwrap();
-        assert_eq!(got.name(), "ringside-shm");
+        let got = r.get(Label::RingsideShm, 8).unwrap();
+        assert_eq!(got.label, "ringside-shm");
         assert_eq!(got.median_us, 4.0);
     }
 
     #[test]
     fn tables_show_values_marks_and_gaps() {
         let mut r = two_impls(2, 1 << 20, 80.0, 100.0);
-        let mut bad = rec(Impl::Mpi, 2, 8, 0.25);
+        let mut bad = rec(Label::Mpi, 2, 8, 0.25);
         bad.wrong = 2;
-        r.insert(Impl::Mpi, bad);
+        r.insert(Label::Mpi, bad);
         let sizes = [8, 1 << 20];
         let t = results_table(&r, &SHM_MPI, &sizes);
         assert!(t.contains("ringside-shm"), "{t}");

@@ -6,43 +6,18 @@ use crate::{Error, Result};
 pub const ELEM_BYTES: u64 = 4;
 
 /// Parses `8`, `4K`, `1M`, `2G` (powers of 1024, optional trailing `B`),
-/// the same syntax the C and C++ peers accept.
+/// the same syntax the C and C++ peers accept (`measure::size::parse_size`).
 pub fn parse_size(input: &str) -> Result<u64> {
-    let bad = |why| Error::BadSize {
-        input: input.to_string(),
-        why,
-    };
-    let s = input.trim();
-    let s = s
-        .strip_suffix('B')
-        .or_else(|| s.strip_suffix('b'))
-        .unwrap_or(s);
-    let (digits, mult) = match s.chars().last() {
-        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
-        Some('M' | 'm') => (&s[..s.len() - 1], 1u64 << 20),
-        Some('G' | 'g') => (&s[..s.len() - 1], 1u64 << 30),
-        _ => (s, 1),
-    };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(bad("expected digits with an optional K/M/G suffix"));
-    }
-    let n: u64 = digits.parse().map_err(|_| bad("number too large"))?;
-    n.checked_mul(mult).ok_or_else(|| bad("number too large"))
+    measure::size::parse_size(input).map_err(|e| Error::BadSize {
+        input: e.input,
+        why: e.why,
+    })
 }
 
-/// Formats bytes for tables: `8 B`, `4 KiB`, `64 MiB`, `1.5 KiB`.
+/// Formats bytes for tables: `8 B`, `4 KiB`, `64 MiB`, `1.5 KiB`
+/// (`measure::size::fmt_bytes`).
 pub fn format_size(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
-    for (unit, name) in UNITS {
-        if bytes >= unit {
-            return if bytes % unit == 0 {
-                format!("{} {name}", bytes / unit)
-            } else {
-                format!("{:.1} {name}", bytes as f64 / unit as f64)
-            };
-        }
-    }
-    format!("{bytes} B")
+    measure::size::fmt_bytes(bytes as f64)
 }
 
 /// One sweep's flags, shared by every implementation (`-b -e -f -n -w`).
@@ -90,19 +65,14 @@ impl Sweep {
     /// each rounded down to whole elements as nccl-tests does. Mirrors the
     /// loops in `peers/*.c*` and `collectives::bench::sizes`.
     pub fn sizes(&self) -> Vec<u64> {
-        let mut out = Vec::new();
         if self.factor < 2 {
-            return out;
+            return Vec::new();
         }
-        let mut bytes = self.min_bytes.max(ELEM_BYTES);
-        while bytes <= self.max_bytes {
-            out.push(bytes / ELEM_BYTES * ELEM_BYTES);
-            match bytes.checked_mul(self.factor) {
-                Some(next) => bytes = next,
-                None => break,
-            }
-        }
-        out
+        let first = self.min_bytes.max(ELEM_BYTES);
+        measure::size::sizes(first, self.max_bytes, self.factor, 0)
+            .into_iter()
+            .map(|bytes| bytes / ELEM_BYTES * ELEM_BYTES)
+            .collect()
     }
 }
 

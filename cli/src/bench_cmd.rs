@@ -18,11 +18,10 @@ use collectives::rendezvous::env::Rendezvous;
 use collectives::transport::TransportKind;
 use collectives::{Backend, Collective, Communicator, DType, ReduceOp};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::Value;
 
-use crate::job::{human, parse_size};
+use crate::job::parse_size;
 use crate::manifest;
-use crate::results::{Results, record};
+use crate::results::{Record, ResultsWriter};
 use crate::torch_peer::{self, PeerSweep, cuda_present};
 
 /// Flags follow nccl-tests where they overlap (`-b -e -f -i -n -w -c -o -d -r -a`).
@@ -87,7 +86,7 @@ pub struct BenchArgs {
     /// Python with torch for the torch peer (default: set-up's venv).
     #[arg(long)]
     pub python: Option<PathBuf>,
-    /// The torch peer script (default: benches/torch_peer.py of this checkout).
+    /// The torch peer script (default: cli/src/torch_peer.py of this checkout).
     #[arg(long)]
     pub peer_script: Option<PathBuf>,
 }
@@ -122,15 +121,11 @@ const BENCHED: [Collective; 9] = [
 pub fn parse_collectives(list: &[String]) -> anyhow::Result<Vec<Collective>> {
     let mut out = Vec::new();
     for name in list {
-        let key = name.trim().to_ascii_lowercase().replace(['-', '_'], "");
-        if key == "all" {
+        if name.trim().eq_ignore_ascii_case("all") {
             out.extend(BENCHED);
             continue;
         }
-        let found = BENCHED.into_iter().find(|c| {
-            c.name().replace('_', "") == key || (key == "sendrecv" && *c == Collective::SendRecv)
-        });
-        match found {
+        match Collective::parse(name).filter(|c| BENCHED.contains(c)) {
             Some(c) => out.push(c),
             None => bail!(
                 "unknown collective {name:?} (all_reduce, broadcast, reduce, all_gather, \
@@ -142,11 +137,13 @@ pub fn parse_collectives(list: &[String]) -> anyhow::Result<Vec<Collective>> {
     Ok(out)
 }
 
-/// One backend to run: a label for tables and charts, and how to connect.
+/// What is measured: a backend (with its transport), named as the results
+/// file's `label` field and the charts' series (the `peers` runner's
+/// `Label` is the same idea for the programs it launches).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Lane {
-    /// Series name, e.g. `reference-shm` or `gloo`.
-    pub label: String,
+pub struct Label {
+    /// The name, e.g. `reference-shm` or `gloo`.
+    pub name: String,
     /// The library.
     pub backend: Backend,
     /// The reference backend's transport.
@@ -154,9 +151,9 @@ pub struct Lane {
 }
 
 /// Parses the `--backend` list.
-pub fn parse_lanes(list: &[String], transport: TransportKind) -> anyhow::Result<Vec<Lane>> {
-    let lane = |label: &str, backend, transport| Lane {
-        label: label.to_owned(),
+pub fn parse_labels(list: &[String], transport: TransportKind) -> anyhow::Result<Vec<Label>> {
+    let label = |name: &str, backend, transport| Label {
+        name: name.to_owned(),
         backend,
         transport,
     };
@@ -164,43 +161,43 @@ pub fn parse_lanes(list: &[String], transport: TransportKind) -> anyhow::Result<
     for name in list {
         match name.trim().to_ascii_lowercase().as_str() {
             "all" => {
-                out.push(lane(
+                out.push(label(
                     "reference-shm",
                     Backend::Reference,
                     TransportKind::Shm,
                 ));
-                out.push(lane(
+                out.push(label(
                     "reference-tcp",
                     Backend::Reference,
                     TransportKind::Tcp,
                 ));
                 for b in [Backend::Gloo, Backend::Mpi, Backend::Nccl] {
-                    out.push(lane(b.name(), b, TransportKind::Auto));
+                    out.push(label(b.name(), b, TransportKind::Auto));
                 }
             }
-            "reference-shm" | "ref-shm" => out.push(lane(
+            "reference-shm" | "ref-shm" => out.push(label(
                 "reference-shm",
                 Backend::Reference,
                 TransportKind::Shm,
             )),
-            "reference-tcp" | "ref-tcp" => out.push(lane(
+            "reference-tcp" | "ref-tcp" => out.push(label(
                 "reference-tcp",
                 Backend::Reference,
                 TransportKind::Tcp,
             )),
             other => match Backend::parse(other) {
                 Some(Backend::Reference) => {
-                    let label = match transport {
+                    let name = match transport {
                         TransportKind::Auto => "reference".to_owned(),
                         t => format!("reference-{}", t.name()),
                     };
-                    out.push(Lane {
-                        label,
+                    out.push(Label {
+                        name,
                         backend: Backend::Reference,
                         transport,
                     });
                 }
-                Some(b) => out.push(lane(b.name(), b, TransportKind::Auto)),
+                Some(b) => out.push(label(b.name(), b, TransportKind::Auto)),
                 None => bail!(
                     "unknown backend {name:?} (reference, reference-shm, reference-tcp, gloo, mpi, nccl, all)"
                 ),
@@ -213,19 +210,10 @@ pub fn parse_lanes(list: &[String], transport: TransportKind) -> anyhow::Result<
 
 /// nccl-tests' size progression: `-f` multiplies, `-i` (when > 0) adds.
 pub fn sizes(min: usize, max: usize, factor: usize, step: usize) -> Vec<usize> {
-    if step == 0 {
-        return bench::sizes(min, max, factor);
-    }
-    let mut out = Vec::new();
-    let mut s = min.max(1);
-    while s <= max {
-        out.push(s);
-        s = match s.checked_add(step) {
-            Some(x) => x,
-            None => break,
-        };
-    }
-    out
+    measure::size::sizes(min as u64, max as u64, factor as u64, step as u64)
+        .into_iter()
+        .map(|s| s as usize)
+        .collect()
 }
 
 /// One side (out-of-place or in-place) of a table row.
@@ -254,17 +242,16 @@ impl Side {
             wrong: m.wrong.map(|w| w as i64),
         }
     }
-    fn of_record(r: &Value) -> Side {
-        let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
+    fn of_record(r: &Record) -> Side {
         Side {
-            min: f("min_us"),
-            median: f("median_us"),
-            max: f("max_us"),
-            mean: f("mean_us"),
-            p99: f("p99_us"),
-            algbw: f("algbw_gbps"),
-            busbw: f("busbw_gbps"),
-            wrong: r["wrong"].as_i64().filter(|w| *w >= 0),
+            min: r.min_us,
+            median: r.median_us,
+            max: r.max_us,
+            mean: r.mean_us.unwrap_or(0.0),
+            p99: r.p99_us.unwrap_or(0.0),
+            algbw: r.algbw_gbps.unwrap_or(0.0),
+            busbw: r.busbw_gbps.unwrap_or(0.0),
+            wrong: Some(r.wrong).filter(|w| *w >= 0),
         }
     }
     fn cells(&self, stats: bool) -> String {
@@ -347,23 +334,23 @@ fn row(
     s
 }
 
-/// Connects a lane, or says why this job cannot run it.
+/// Connects a label's backend, or says why this job cannot run it.
 fn connect(
     rdv: &Rendezvous,
-    lane: &Lane,
+    label: &Label,
     args: &ConnectArgs,
     timeout: Duration,
 ) -> Result<Box<dyn Communicator>, String> {
-    if let Some(why) = lane.backend.launcher_problem(rdv.info.launcher) {
+    if let Some(why) = label.backend.launcher_problem(rdv.info.launcher) {
         return Err(format!("{why} (mpirun -np N ringside bench ...)"));
     }
     job::connect(
         rdv,
-        lane.backend,
-        lane.transport,
+        label.backend,
+        label.transport,
         args.algo,
         timeout,
-        &format!("bench-{}/", lane.label),
+        &format!("bench-{}/", label.name),
     )
     .map_err(|e| {
         format!("{:#}", anyhow::Error::new(e))
@@ -375,7 +362,7 @@ fn connect(
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
-    let lanes = parse_lanes(&args.backend, args.connect.transport)?;
+    let labels = parse_labels(&args.backend, args.connect.transport)?;
     let collectives = parse_collectives(&args.collective)?;
     if let Some(p) = &args.peer
         && p != "torch"
@@ -398,11 +385,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         );
     }
     let lead = me == 0;
-    let mut results = Results {
-        path: args.json.clone().filter(|_| lead),
-        manifest: manifest::manifest(world, args.connect.transport.name(), args.combine.name()),
-        records: Vec::new(),
-    };
+    let mut results = ResultsWriter::new(
+        args.json.clone().filter(|_| lead),
+        manifest::manifest(world, args.connect.transport.name(), args.combine.name()),
+    );
     results.write()?;
     let settings = Settings {
         warmup: args.warmup,
@@ -436,16 +422,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     ));
     let mut wrong = 0i64;
     let mut ran_any = false;
-    for lane in &lanes {
-        let comm = match connect(&rdv, lane, &args.connect, timeout) {
+    for label in &labels {
+        let comm = match connect(&rdv, label, &args.connect, timeout) {
             Ok(c) => c,
             Err(why) => {
-                say(&format!("#\n# {}: not available here: {why}", lane.label));
+                say(&format!("#\n# {}: not available here: {why}", label.name));
                 continue;
             }
         };
         ran_any = true;
-        let algo = if lane.backend.takes_algo() {
+        let algo = if label.backend.takes_algo() {
             args.connect.algo.name()
         } else {
             "default"
@@ -453,7 +439,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         for &collective in &collectives {
             say(&format!(
                 "#\n# {} {collective} ({algo} algorithm)",
-                lane.label
+                label.name
             ));
             say(&header(args.iteration_stats));
             let bar = if lead {
@@ -466,7 +452,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             )?);
             let mut bus = Vec::new();
             for &bytes in &sizes {
-                bar.set_message(human(bytes));
+                bar.set_message(measure::size::human(bytes as u64));
                 let mut sides = [None, None];
                 let mut first: Option<Measurement> = None;
                 for (k, in_place) in [false, true].into_iter().enumerate() {
@@ -479,12 +465,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                         bytes,
                     };
                     if let Some(m) = bench::run(comm.as_ref(), &case, &settings)
-                        .with_context(|| format!("{} {collective} at {bytes} bytes", lane.label))?
+                        .with_context(|| format!("{} {collective} at {bytes} bytes", label.name))?
                     {
                         wrong += m.wrong.unwrap_or(0) as i64;
                         bus.push(m.busbw_gbps());
                         sides[k] = Some(Side::of(&m));
-                        results.push(record(&lane.label, lane.backend.name(), algo, &m))?;
+                        results.push(m.to_record(&label.name, label.backend.name(), algo))?;
                         first.get_or_insert(m);
                     }
                 }
@@ -513,7 +499,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         }
     }
     if args.peer.is_some() {
-        let torch_backend = if lanes.iter().any(|l| l.backend == Backend::Nccl) && cuda_present() {
+        let torch_backend = if labels.iter().any(|l| l.backend == Backend::Nccl) && cuda_present() {
             "nccl"
         } else {
             "gloo"
@@ -574,17 +560,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
 }
 
 /// Prints the torch peer's records as tables; returns their wrong count.
-fn print_peer(records: &[Value], args: &BenchArgs) -> i64 {
+fn print_peer(records: &[Record], args: &BenchArgs) -> i64 {
     let mut wrong = 0;
     let mut current = String::new();
     let mut i = 0;
     while i < records.len() {
         let r = &records[i];
-        let key = format!(
-            "{} {}",
-            r["label"].as_str().unwrap_or("torch"),
-            r["collective"].as_str().unwrap_or("?")
-        );
+        let key = format!("{} {}", r.label, r.collective.key());
         if key != current {
             println!("#\n# {key} (peer: torch.distributed, same timing rule)");
             println!("{}", header(args.iteration_stats));
@@ -594,10 +576,10 @@ fn print_peer(records: &[Value], args: &BenchArgs) -> i64 {
         let mut sides = [None, None];
         let mut j = i;
         while j < records.len()
-            && records[j]["bytes"] == r["bytes"]
-            && records[j]["collective"] == r["collective"]
+            && records[j].bytes == r.bytes
+            && records[j].collective == r.collective
         {
-            let k = usize::from(records[j]["in_place"].as_bool().unwrap_or(false));
+            let k = usize::from(records[j].in_place);
             let side = Side::of_record(&records[j]);
             wrong += side.wrong.unwrap_or(0);
             sides[k] = Some(side);
@@ -606,11 +588,11 @@ fn print_peer(records: &[Value], args: &BenchArgs) -> i64 {
         println!(
             "{}",
             row(
-                r["bytes"].as_u64().unwrap_or(0) as usize,
-                r["count"].as_u64().unwrap_or(0) as usize,
-                r["dtype"].as_str().unwrap_or("?"),
-                r["op"].as_str().unwrap_or("?"),
-                r["root"].as_i64().unwrap_or(-1),
+                r.bytes as usize,
+                r.count as usize,
+                &r.dtype,
+                &r.op,
+                r.root,
                 sides,
                 args.iteration_stats
             )
@@ -632,10 +614,10 @@ mod tests {
 
     #[test]
     fn lists_parse() {
-        let l = parse_lanes(&["all".into()], TransportKind::Auto).unwrap();
+        let l = parse_labels(&["all".into()], TransportKind::Auto).unwrap();
         assert_eq!(l.len(), 5);
-        assert_eq!(l[0].label, "reference-shm");
-        assert!(parse_lanes(&["nope".into()], TransportKind::Auto).is_err());
+        assert_eq!(l[0].name, "reference-shm");
+        assert!(parse_labels(&["nope".into()], TransportKind::Auto).is_err());
         let c = parse_collectives(&["allreduce".into(), "all_gather".into()]).unwrap();
         assert_eq!(c, vec![Collective::AllReduce, Collective::AllGather]);
         assert_eq!(parse_collectives(&["all".into()]).unwrap().len(), 9);

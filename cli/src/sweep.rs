@@ -1,5 +1,6 @@
 //! `ringside sweep`: time all_reduce across sizes with the nccl-tests rule and
-//! print a table (or JSON lines, the format the peer programs share).
+//! print a table (or JSON lines: results-file records, which the peer
+//! programs print too).
 
 use clap::Args;
 use collectives::Backend;
@@ -7,7 +8,7 @@ use collectives::algorithms::Algo;
 use collectives::bench::{self, Measurement};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::job::{JobArgs, Joined, human, parse_size};
+use crate::job::{JobArgs, Joined, parse_size};
 
 /// Flags follow nccl-tests where they overlap.
 #[derive(Debug, Args)]
@@ -94,13 +95,17 @@ pub fn run(args: SweepArgs) -> anyhow::Result<i32> {
     }
     let mut wrong = 0;
     for &bytes in &sizes {
-        bar.set_message(human(bytes));
+        bar.set_message(measure::size::human(bytes as u64));
         let m = bench::all_reduce_f32(comm.as_ref(), bytes, args.warmup, args.iters)?;
         wrong += m.wrong.unwrap_or(0);
         if lead {
+            // With --json, one results-file record per line: the `peers`
+            // runner reads these like the C and C++ peers' lines.
+            let record = m.to_record(&name, args.job.backend.name(), args.job.connect.algo.name());
+            let json = serde_json::to_string(&record)?;
             bar.suspend(|| {
                 if args.json {
-                    println!("{}", m.to_json(&name));
+                    println!("{json}");
                 } else {
                     println!("{}", table_row(&m));
                 }

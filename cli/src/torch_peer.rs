@@ -1,6 +1,7 @@
 //! The torch peer: PyTorch's own `torch.distributed` over the same sizes with
-//! the same timing rule (`benches/torch_peer.py`), one Python process per
-//! rank, so it runs under any launcher.
+//! the same timing rule (`torch_peer.py`, beside this file), one Python
+//! process per rank, so it runs under any launcher. Its records are the
+//! results file's ([`measure::Record`]).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -8,13 +9,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use collectives::bench::Combine;
+use collectives::bench::{Combine, dtype_key};
 use collectives::rendezvous::env::Rendezvous;
 use collectives::{Collective, DType, ReduceOp};
-use serde_json::Value;
 
 use crate::manifest;
-use crate::results::dtype_key;
+use crate::results::Record;
 
 /// What the peer sweeps.
 pub struct PeerSweep<'a> {
@@ -44,7 +44,7 @@ pub struct PeerSweep<'a> {
     pub combine: Combine,
     /// Python with torch (default: set-up's venv).
     pub python: Option<PathBuf>,
-    /// The script (default: this checkout's benches/torch_peer.py).
+    /// The script (default: `torch_peer.py` beside this file in the checkout).
     pub script: Option<PathBuf>,
 }
 
@@ -59,15 +59,12 @@ pub fn run(
     sweep: &PeerSweep<'_>,
     rdv: &Rendezvous,
     timeout: Duration,
-) -> anyhow::Result<Vec<Value>> {
+) -> anyhow::Result<Vec<Record>> {
     let python = sweep
         .python
         .clone()
         .unwrap_or_else(|| manifest::workspace_dir().join(".ringside/venv/bin/python"));
-    let script = sweep
-        .script
-        .clone()
-        .unwrap_or_else(|| manifest::workspace_dir().join("benches/torch_peer.py"));
+    let script = sweep.script.clone().unwrap_or_else(default_script);
     if !python.exists() {
         bail!(
             "--peer torch: no Python at {} (run `cargo xtask setup`, or pass --python)",
@@ -90,7 +87,7 @@ pub fn run(
         store.set("bench/torch-port", port.to_string().as_bytes())?;
     }
     let port = String::from_utf8_lossy(&store.get("bench/torch-port")?).into_owned();
-    let names: Vec<&str> = sweep.collectives.iter().map(|c| c.name()).collect();
+    let names: Vec<&str> = sweep.collectives.iter().map(|c| c.key()).collect();
     let mut cmd = Command::new(&python);
     cmd.arg(&script)
         .args(["--backend", sweep.backend])
@@ -133,11 +130,19 @@ pub fn run(
     // script's own timeout, and this bounds the whole.
     let budget = timeout.saturating_mul(20).max(Duration::from_secs(600));
     let lines = collect_lines(child, budget)?;
-    Ok(lines
-        .iter()
-        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
-        .filter(|v| v.get("median_us").is_some())
-        .collect())
+    let mut records = Vec::new();
+    for line in &lines {
+        if let Some(r) = measure::parse_line(line).context("the torch peer's output")? {
+            records.push(r);
+        }
+    }
+    Ok(records)
+}
+
+/// The script beside this source file: cli's own folder, so no other
+/// crate's files are needed at run time.
+fn default_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src/torch_peer.py")
 }
 
 /// Reads a child's stdout to the end and waits for it, killing it after `budget`.

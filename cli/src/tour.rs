@@ -16,9 +16,9 @@ use collectives::transport::TransportKind;
 use collectives::{Backend, Collective, Communicator, DType, ReduceOp};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::job::{self, human};
+use crate::job;
 use crate::manifest;
-use crate::results::{Results, record};
+use crate::results::ResultsWriter;
 use crate::torch_peer::{self, PeerSweep};
 
 #[derive(Debug, Args)]
@@ -43,63 +43,65 @@ pub struct TourArgs {
     pub timeout: f64,
 }
 
-/// One column of the tour: a backend (and, for the reference backend, a transport).
-struct Lane {
+/// What the tour measures: a backend (and, for the reference backend, a
+/// transport), as `ringside bench`'s `Label`.
+struct Label {
+    /// The tour's column heading.
+    column: &'static str,
+    /// The `label` in results files and reports.
     name: &'static str,
-    /// The series name in results files and reports.
-    label: &'static str,
     backend: Backend,
     transport: TransportKind,
 }
 
-const LANES: [Lane; 5] = [
-    Lane {
-        name: "ref-shm",
-        label: "reference-shm",
+const LABELS: [Label; 5] = [
+    Label {
+        column: "ref-shm",
+        name: "reference-shm",
         backend: Backend::Reference,
         transport: TransportKind::Shm,
     },
-    Lane {
-        name: "ref-tcp",
-        label: "reference-tcp",
+    Label {
+        column: "ref-tcp",
+        name: "reference-tcp",
         backend: Backend::Reference,
         transport: TransportKind::Tcp,
     },
-    Lane {
+    Label {
+        column: "gloo",
         name: "gloo",
-        label: "gloo",
         backend: Backend::Gloo,
         transport: TransportKind::Auto,
     },
-    Lane {
+    Label {
+        column: "mpi",
         name: "mpi",
-        label: "mpi",
         backend: Backend::Mpi,
         transport: TransportKind::Auto,
     },
-    Lane {
+    Label {
+        column: "nccl",
         name: "nccl",
-        label: "nccl",
         backend: Backend::Nccl,
         transport: TransportKind::Auto,
     },
 ];
 
-/// A lane's communicator, or why this job cannot have one.
-type LaneComm = Result<Box<dyn Communicator>, String>;
+/// A label's communicator, or why this job cannot have one.
+type LabelComm = Result<Box<dyn Communicator>, String>;
 
-/// Connects one lane, or says why this job cannot have it.
-fn connect_lane(rdv: &Rendezvous, lane: &Lane, timeout: Duration) -> LaneComm {
-    if let Some(why) = lane.backend.launcher_problem(rdv.info.launcher) {
+/// Connects one label, or says why this job cannot have it.
+fn connect_label(rdv: &Rendezvous, label: &Label, timeout: Duration) -> LabelComm {
+    if let Some(why) = label.backend.launcher_problem(rdv.info.launcher) {
         return Err(format!("{why}: mpirun -np 2 target/release/ringside tour"));
     }
     collectives::job::connect(
         rdv,
-        lane.backend,
-        lane.transport,
+        label.backend,
+        label.transport,
         Algo::Auto,
         timeout,
-        &format!("tour-{}/", lane.name),
+        &format!("tour-{}/", label.column),
     )
     .map_err(|e| {
         format!("{:#}", anyhow::Error::new(e))
@@ -130,23 +132,22 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         .out
         .clone()
         .unwrap_or_else(|| std::path::PathBuf::from("results").join(manifest::stamp()));
-    let mut results = Results {
-        path: lead.then(|| out_dir.join("bench.json")),
-        manifest: manifest::manifest(rdv.info.world_size, "per lane", "max"),
-        records: Vec::new(),
-    };
+    let mut results = ResultsWriter::new(
+        lead.then(|| out_dir.join("bench.json")),
+        manifest::manifest(rdv.info.world_size, "per lane", "max"),
+    );
     let sizes = bench::sizes(4, args.max_bytes, 4);
     say("1. Every collective, checked exactly against a sequential reference".into());
     let mut failed = 0;
-    // One lane at a time, its communicator dropped before the next connects:
+    // One label at a time, its communicator dropped before the next connects:
     // an idle communicator's threads (Gloo's network loop, a spinning
     // transport) would otherwise share the cores with the one being timed.
-    let mut swept: Vec<(&Lane, Vec<Measurement>)> = Vec::new();
-    for lane in &LANES {
-        let comm = match connect_lane(&rdv, lane, timeout) {
+    let mut swept: Vec<(&Label, Vec<Measurement>)> = Vec::new();
+    for label in &LABELS {
+        let comm = match connect_label(&rdv, label, timeout) {
             Ok(c) => c,
             Err(why) => {
-                say(format!("   {:>7}: not available here: {why}", lane.name));
+                say(format!("   {:>7}: not available here: {why}", label.column));
                 continue;
             }
         };
@@ -158,14 +159,14 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         bar.set_style(ProgressStyle::with_template(
             "   {spinner} {prefix}: {pos} cases {msg}",
         )?);
-        bar.set_prefix(lane.name);
+        bar.set_prefix(label.column);
         let started = Instant::now();
         let report = conformance::run(comm.as_ref(), &SuiteConfig::quick(), |done, name| {
             bar.set_position(done as u64);
             bar.set_message(name.to_owned());
         })?;
         for f in &report.failures {
-            eprintln!("FAIL ({}) {f}", lane.name);
+            eprintln!("FAIL ({}) {f}", label.column);
         }
         failed += report.failures.len();
         let checked_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -174,19 +175,19 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         for &bytes in &sizes {
             let m = bench::all_reduce_f32(comm.as_ref(), bytes, 3, args.iters)?;
             failed += m.wrong.unwrap_or(0);
-            results.push(record(lane.label, lane.backend.name(), "auto", &m))?;
+            results.push(m.to_record(label.name, label.backend.name(), "auto"))?;
             row.push(m);
         }
         bar.finish_and_clear();
         say(format!(
             "   {:>7}: {} cases, {} wrong, {} not supported by the library, {:.0} ms",
-            lane.name,
+            label.column,
             report.cases,
             report.failures.len(),
             report.unsupported.len(),
             checked_ms
         ));
-        swept.push((lane, row));
+        swept.push((label, row));
     }
 
     say(format!(
@@ -194,16 +195,16 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         args.iters
     ));
     let mut header = format!("   {:>8} |", "size");
-    for (lane, _) in &swept {
+    for (label, _) in &swept {
         header.push_str(&format!(
             " {:>9} {:>7} |",
-            format!("{} us", lane.name),
+            format!("{} us", label.column),
             "busbw"
         ));
     }
     say(format!("{header} #wrong"));
     for (i, &bytes) in sizes.iter().enumerate() {
-        let mut line = format!("   {:>8} |", human(bytes));
+        let mut line = format!("   {:>8} |", measure::size::human(bytes as u64));
         let mut wrong = 0;
         for (_, row) in &swept {
             let m = &row[i];
@@ -238,7 +239,7 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
             Ok(records) => {
                 say(format!("   {} sizes measured (torch-gloo)", records.len()));
                 for r in records {
-                    failed += r["wrong"].as_i64().unwrap_or(0).max(0) as usize;
+                    failed += r.wrong.max(0) as usize;
                     results.push(r)?;
                 }
             }
@@ -259,7 +260,7 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
 }
 
 /// Step 4: the report from this run's results, its summary, and where it is.
-fn report_step(results: &Results, out_dir: &std::path::Path) -> anyhow::Result<()> {
+fn report_step(results: &ResultsWriter, out_dir: &std::path::Path) -> anyhow::Result<()> {
     let Some(path) = &results.path else {
         return Ok(());
     };

@@ -1,16 +1,25 @@
-//! The full conformance matrix with ranks as real processes, over TCP and over
-//! shared memory, at world sizes 1 to 5 (non-powers-of-two included).
+//! The full conformance matrix with ranks as real processes: one generated
+//! test per backend × transport × world, as ripgrep's `rgtest!` runs each
+//! test on every engine. World sizes 1 to 5 include non-powers-of-two.
+//!
+//! A row is `backend: transport, ...;`; each (backend, transport) becomes a
+//! module `backend::transport` with one test per world, e.g.
+//! `reference::shm::world_3`.
 
 use std::process::Command;
 
 const RINGSIDE: &str = env!("CARGO_BIN_EXE_ringside");
 
-fn full_matrix(world: usize, transport: &str) {
+/// Runs `ringside conformance` (the full matrix) on `world` local ranks and
+/// asserts every rank reports every case and no failure.
+fn full_matrix(backend: &str, transport: &str, world: usize) {
     let out = Command::new(RINGSIDE)
         .args([
             "conformance",
             "--nproc",
             &world.to_string(),
+            "--backend",
+            backend,
             "--transport",
             transport,
             "--timeout",
@@ -23,13 +32,13 @@ fn full_matrix(world: usize, transport: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "world {world} over {transport} failed:\n{stdout}\n{stderr}"
+        "{backend} world {world} over {transport} failed:\n{stdout}\n{stderr}"
     );
     let ok_ranks = stdout
         .lines()
         .filter(|l| {
             l.contains(&format!(
-                "/{world}: reference backend ({transport} transport"
+                "/{world}: {backend} backend ({transport} transport"
             )) && l.ends_with(" 0 failed")
         })
         .count();
@@ -43,43 +52,36 @@ fn full_matrix(world: usize, transport: &str) {
     );
 }
 
-#[test]
-fn processes_over_tcp_world_1() {
-    full_matrix(1, "tcp");
+/// One test per world size for one (backend, transport).
+macro_rules! worlds {
+    ($backend:expr, $transport:expr; $($name:ident = $world:literal),*) => {
+        $(
+            #[test]
+            fn $name() {
+                super::super::full_matrix($backend, $transport, $world);
+            }
+        )*
+    };
 }
-#[test]
-fn processes_over_tcp_world_2() {
-    full_matrix(2, "tcp");
+
+/// The matrix: backends × transports, each at worlds 1 to 5.
+macro_rules! matrix {
+    ($($backend:ident: $($transport:ident),+;)+) => {
+        $(
+            mod $backend {
+                $(
+                    mod $transport {
+                        worlds!(
+                            stringify!($backend), stringify!($transport);
+                            world_1 = 1, world_2 = 2, world_3 = 3, world_4 = 4, world_5 = 5
+                        );
+                    }
+                )+
+            }
+        )+
+    };
 }
-#[test]
-fn processes_over_tcp_world_3() {
-    full_matrix(3, "tcp");
-}
-#[test]
-fn processes_over_tcp_world_4() {
-    full_matrix(4, "tcp");
-}
-#[test]
-fn processes_over_tcp_world_5() {
-    full_matrix(5, "tcp");
-}
-#[test]
-fn processes_over_shm_world_1() {
-    full_matrix(1, "shm");
-}
-#[test]
-fn processes_over_shm_world_2() {
-    full_matrix(2, "shm");
-}
-#[test]
-fn processes_over_shm_world_3() {
-    full_matrix(3, "shm");
-}
-#[test]
-fn processes_over_shm_world_4() {
-    full_matrix(4, "shm");
-}
-#[test]
-fn processes_over_shm_world_5() {
-    full_matrix(5, "shm");
+
+matrix! {
+    reference: tcp, shm;
 }

@@ -30,6 +30,7 @@ mod aligned;
 pub mod backends;
 pub mod bench;
 pub mod buffer;
+pub mod collective;
 pub mod conformance;
 pub mod deadline;
 pub mod element;
@@ -38,6 +39,7 @@ pub mod job;
 pub mod launch;
 pub mod rendezvous;
 mod sys;
+pub mod testing;
 pub mod thread_ranks;
 pub mod transport;
 
@@ -97,78 +99,11 @@ impl fmt::Display for Backend {
     }
 }
 
-/// The operations a communicator offers, as named in headers, errors and benchmarks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Collective {
-    /// Everyone gets the reduction of everyone's input.
-    AllReduce,
-    /// Everyone gets the root's input.
-    Broadcast,
-    /// The root gets the reduction of everyone's input.
-    Reduce,
-    /// Everyone gets everyone's input, concatenated in rank order.
-    AllGather,
-    /// Rank r gets block r of the reduction.
-    ReduceScatter,
-    /// Rank r's block j goes to rank j's block r.
-    AllToAll,
-    /// The root gets everyone's input, concatenated in rank order.
-    Gather,
-    /// Rank r gets block r of the root's input.
-    Scatter,
-    /// Nobody leaves until everyone has arrived.
-    Barrier,
-    /// Point-to-point send/recv.
-    SendRecv,
-}
-
-impl Collective {
-    /// Every collective, in a fixed order.
-    pub const ALL: [Collective; 10] = [
-        Collective::AllReduce,
-        Collective::Broadcast,
-        Collective::Reduce,
-        Collective::AllGather,
-        Collective::ReduceScatter,
-        Collective::AllToAll,
-        Collective::Gather,
-        Collective::Scatter,
-        Collective::Barrier,
-        Collective::SendRecv,
-    ];
-
-    /// The snake_case name.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Collective::AllReduce => "all_reduce",
-            Collective::Broadcast => "broadcast",
-            Collective::Reduce => "reduce",
-            Collective::AllGather => "all_gather",
-            Collective::ReduceScatter => "reduce_scatter",
-            Collective::AllToAll => "all_to_all",
-            Collective::Gather => "gather",
-            Collective::Scatter => "scatter",
-            Collective::Barrier => "barrier",
-            Collective::SendRecv => "sendrecv",
-        }
-    }
-
-    /// A stable one-byte code for wire headers.
-    pub const fn code(self) -> u8 {
-        self as u8
-    }
-
-    /// Inverse of [`Collective::code`].
-    pub fn from_code(code: u8) -> Option<Collective> {
-        Collective::ALL.get(code as usize).copied()
-    }
-}
-
-impl fmt::Display for Collective {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+/// The operations a communicator offers, as named in headers, errors,
+/// benchmarks and results files (the `measure` crate's, so results readers
+/// share them without this crate). How to size, run and check each one is in
+/// [`collective`].
+pub use measure::Collective;
 
 /// The input of a collective: a separate buffer, or "already in the output"
 /// (the in-place form; see the crate docs for where in the output it sits).

@@ -310,7 +310,7 @@ fn plots_for(ds: &Dataset, fits: &[SeriesFit], collective: Collective) -> Option
     let mut lines = lat_lines;
     lines.extend(model_lat);
     let latency = Plot {
-        title: format!("{collective}: median time per call"),
+        title: format!("{}: median time per call", collective.key()),
         y_desc: "median time (log)",
         x_range,
         y: YAxis::Log(lat_y.0, lat_y.1),
@@ -329,7 +329,7 @@ fn plots_for(ds: &Dataset, fits: &[SeriesFit], collective: Collective) -> Option
     let mut lines = bw_lines;
     lines.extend(model_bw);
     let busbw = Plot {
-        title: format!("{collective}: bus bandwidth"),
+        title: format!("{}: bus bandwidth", collective.key()),
         y_desc: "busbw (GB/s)",
         x_range,
         y: YAxis::Linear(0.0, if bw_max > 0.0 { bw_max * 1.12 } else { 1.0 }),
@@ -354,7 +354,10 @@ fn plots_for(ds: &Dataset, fits: &[SeriesFit], collective: Collective) -> Option
             .flat_map(|b| b.points.iter().flat_map(|p| [p.1, p.2])),
     )?;
     let spread = Plot {
-        title: format!("{collective}: per-iteration spread (min–max band, median line)"),
+        title: format!(
+            "{}: per-iteration spread (min–max band, median line)",
+            collective.key()
+        ),
         y_desc: "time per iteration (log)",
         x_range,
         y: YAxis::Log(spread_y.0, spread_y.1),
@@ -553,7 +556,7 @@ fn encode_png(rgb: &[u8], (w, h): (u32, u32), stem: &str) -> Result<Vec<u8>> {
 }
 
 fn render(plot: &Plot, kind: ChartKind, collective: Collective, size: (u32, u32)) -> Result<Chart> {
-    let stem = format!("{}-{}", kind.prefix(), collective.name());
+    let stem = format!("{}-{}", kind.prefix(), collective.key());
     let chart_err = |reason: String| Error::Chart {
         chart: stem.clone(),
         reason,

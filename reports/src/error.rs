@@ -10,48 +10,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Everything that can go wrong while turning results files into a report.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A results file could not be read at all (missing, permissions, ...).
-    #[error("cannot read results file {path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// What the operating system said.
-        source: std::io::Error,
-    },
-    /// A results file is not valid JSON, or not the expected shape.
-    #[error("results file {path} is not a valid ringside results document: {source}")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// Where and why serde gave up (line and column included).
-        source: serde_json::Error,
-    },
-    /// The document is JSON but declares another format (or none).
-    #[error(
-        "results file {path} has format {found}, expected \"{expected}\" \
-         (written by `ringside bench --json`)"
-    )]
-    WrongFormat {
-        /// The file.
-        path: PathBuf,
-        /// The `format` value found, quoted, or `no "format" field`.
-        found: String,
-        /// The format this crate understands.
-        expected: &'static str,
-    },
-    /// A record parsed but its numbers cannot be right (negative or NaN times,
-    /// min > median, zero ranks, ...).
-    #[error("results file {path}, record {index} ({label}): {reason}")]
-    InvalidRecord {
-        /// The file.
-        path: PathBuf,
-        /// Position of the record in `records` (0-based).
-        index: usize,
-        /// The record's label, to find it quickly.
-        label: String,
-        /// What is wrong.
-        reason: String,
-    },
+    /// A results file could not be read, parsed or validated (the
+    /// `measure` crate's errors, each naming the file).
+    #[error(transparent)]
+    Results(#[from] measure::Error),
     /// No input files were given, or none of them holds a record.
     #[error("nothing to report: {0}")]
     NoRecords(String),

@@ -137,7 +137,7 @@ fn summary_section(p: &Page<'_>) -> String {
                 None => "—".into(),
             };
             [
-                td_text(b.collective.name()),
+                td_text(b.collective.key()),
                 td_text(b.range.label()),
                 format!("<td class=\"text win\">{}</td>", escape_html(&b.series)),
                 td(&format!("{}/{}", b.wins, b.sizes)),
@@ -170,7 +170,7 @@ fn summary_section(p: &Page<'_>) -> String {
             };
             [
                 td_text(&f.name),
-                td_text(f.collective.name()),
+                td_text(f.collective.key()),
                 td(&alpha),
                 td(&bw),
             ]
@@ -211,7 +211,7 @@ fn charts_section(p: &Page<'_>) -> String {
     let mut current = None;
     for c in p.charts {
         if current != Some(c.collective) {
-            s.push_str(&format!("<h3>{}</h3>\n", c.collective.name()));
+            s.push_str(&format!("<h3>{}</h3>\n", c.collective.key()));
             current = Some(c.collective);
         }
         // Stems are built from fixed names (`[a-z_-]`), safe in ids and URLs.
@@ -244,7 +244,7 @@ fn model_section(p: &Page<'_>) -> String {
             format!(
                 "{}{}{}{}",
                 td_text(&f.name),
-                td_text(f.collective.name()),
+                td_text(f.collective.key()),
                 td(&f.world.to_string()),
                 fit_cells(&f.fit)
             )
@@ -378,7 +378,7 @@ fn results_section(p: &Page<'_>) -> String {
     let ds = p.dataset;
     let mut s = String::from("<section id=\"results\"><h2>Results</h2>\n");
     for c in ds.collectives() {
-        s.push_str(&format!("<h3>{}</h3>\n", c.name()));
+        s.push_str(&format!("<h3>{}</h3>\n", c.key()));
         let rows: Vec<String> = ds
             .records_of(c)
             .iter()

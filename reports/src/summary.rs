@@ -229,7 +229,7 @@ impl fmt::Display for Summary {
             writeln!(
                 f,
                 "  {:<14} {:<w$} {:<w$} {:<w$}",
-                c.name(),
+                c.key(),
                 cell(SizeRange::Small),
                 cell(SizeRange::Medium),
                 cell(SizeRange::Large)
@@ -248,7 +248,7 @@ impl fmt::Display for Summary {
                     f,
                     "  {:<w$} {:<14} {:>9} {:>11} {:>10} {:>6.3}",
                     name,
-                    s.collective.name(),
+                    s.collective.key(),
                     fmt_us(m.alpha_us),
                     m.bandwidth_gbps()
                         .map_or("∞".into(), |g| format!("{} GB/s", sig3(g))),
@@ -259,7 +259,7 @@ impl fmt::Display for Summary {
                     f,
                     "  {:<w$} {:<14} no fit ({sizes} distinct size(s), need 2)",
                     name,
-                    s.collective.name()
+                    s.collective.key()
                 )?,
             }
         }

@@ -742,13 +742,11 @@ mod tests {
     /// On a machine with 2+ GPUs: the real thing (a visible skip otherwise).
     #[test]
     fn two_gpus_equal_one_device_or_visible_skip() {
-        use std::io::Write;
         if !Cuda::is_available() || Cuda::device_count() < 2 {
-            let _ = writeln!(
-                std::io::stderr(),
-                "two_gpus_equal_one_device_or_visible_skip: skipped: fewer than 2 CUDA devices"
+            return collectives::testing::skip(
+                "two_gpus_equal_one_device_or_visible_skip",
+                "fewer than 2 CUDA devices",
             );
-            return;
         }
         equivalence(
             small_mlp,

@@ -71,7 +71,6 @@ pub fn torch_info() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
     use tch::{Kind, Tensor};
 
     #[test]
@@ -90,14 +89,13 @@ mod tests {
     #[test]
     fn cuda_tensor_op_or_visible_skip() {
         if !Cuda::is_available() {
-            let required = std::env::var_os("RINGSIDE_REQUIRE_CUDA").is_some_and(|v| v == "1");
-            assert!(!required, "RINGSIDE_REQUIRE_CUDA=1 but {}", torch_info());
-            let _ = writeln!(
-                std::io::stderr(),
-                "cuda_tensor_op_or_visible_skip: skipped: no CUDA device \
-                 (tch::Cuda::is_available() == false)"
+            return collectives::testing::skip_without_cuda(
+                "cuda_tensor_op_or_visible_skip",
+                &format!(
+                    "no CUDA device (tch::Cuda::is_available() == false; {})",
+                    torch_info()
+                ),
             );
-            return;
         }
         let dev = device();
         assert!(

@@ -735,19 +735,11 @@ mod tests {
     /// (RINGSIDE_REQUIRE_CUDA=1 makes that a failure, as in lib.rs).
     #[test]
     fn split_cnn_runs_on_cuda_or_visible_skip() {
-        use std::io::Write;
         if !tch::Cuda::is_available() {
-            let required = std::env::var_os("RINGSIDE_REQUIRE_CUDA").is_some_and(|v| v == "1");
-            assert!(
-                !required,
-                "RINGSIDE_REQUIRE_CUDA=1 but {}",
-                crate::torch_info()
+            return collectives::testing::skip_without_cuda(
+                "split_cnn_runs_on_cuda_or_visible_skip",
+                &format!("no CUDA device ({})", crate::torch_info()),
             );
-            let _ = writeln!(
-                std::io::stderr(),
-                "split_cnn_runs_on_cuda_or_visible_skip: skipped: no CUDA device"
-            );
-            return;
         }
         let dev = Device::Cuda(0);
         let data = crate::data::synthetic(32, 5)

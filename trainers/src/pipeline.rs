@@ -724,13 +724,11 @@ mod tests {
     /// The classic CPU + GPU split, where a GPU exists (visible skip otherwise).
     #[test]
     fn cpu_plus_gpu_pipeline_equals_the_unsplit_model_or_visible_skip() {
-        use std::io::Write;
         if !Cuda::is_available() {
-            let _ = writeln!(
-                std::io::stderr(),
-                "cpu_plus_gpu_pipeline_equals_the_unsplit_model_or_visible_skip: skipped: no CUDA"
+            return collectives::testing::skip(
+                "cpu_plus_gpu_pipeline_equals_the_unsplit_model_or_visible_skip",
+                "no CUDA",
             );
-            return;
         }
         let devs = devices(2);
         assert_eq!(devs, [Device::Cpu, Device::Cuda(0)]);

@@ -20,7 +20,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use ringside_benches::report::{self, Results};
 use ringside_benches::sizes::{format_size, parse_size};
-use ringside_benches::{Impl, Sweep, child};
+use ringside_benches::{Label, Sweep, child};
 
 /// Compare ringside's all_reduce with OpenMPI and Gloo, in the same run.
 ///
@@ -59,7 +59,7 @@ struct Args {
         default_value = "mpi,gloo-ring,ringside-shm,ringside-tcp",
         long_help = format!(
             "Implementations to run, comma-separated. One of: {}",
-            ringside_benches::impls::Impl::names()
+            ringside_benches::labels::Label::names()
         )
     )]
     impls: String,
@@ -128,7 +128,7 @@ fn real_main() -> Result<ExitCode> {
     if args.timeout == 0 {
         bail!("--timeout must be at least 1 second");
     }
-    let impls = Impl::parse_list(&args.impls)?;
+    let impls = Label::parse_list(&args.impls)?;
     let sizes = sweep.sizes();
     // Children run in their own process groups (so a timeout can kill all
     // they spawned); that also keeps Ctrl-C from reaching them, so pass it on.
@@ -195,7 +195,7 @@ fn real_main() -> Result<ExitCode> {
 
         let mut seen = BTreeSet::new();
         for rec in out.records {
-            for p in rec.problems() {
+            for p in rec.inconsistencies() {
                 problems.push(format!("{imp} {}: {p}", format_size(rec.bytes)));
             }
             if rec.world != args.world {
@@ -322,11 +322,11 @@ fn sweep_flags(sweep: &Sweep) -> Vec<String> {
     ]
 }
 
-fn plan(imp: Impl, args: &Args, sweep: &Sweep) -> Result<Plan> {
-    if imp == Impl::Mpi {
+fn plan(imp: Label, args: &Args, sweep: &Sweep) -> Result<Plan> {
+    if imp == Label::Mpi {
         return Ok(plan_mpi(args, sweep));
     }
-    if imp == Impl::RingsideMpi {
+    if imp == Label::RingsideMpi {
         return plan_ringside_mpi(args, sweep);
     }
     if let Some(algo) = imp.gloo_algorithm() {

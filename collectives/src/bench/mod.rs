@@ -9,16 +9,16 @@
 //! more call on fresh integer-valued input is checked element by element
 //! (`wrong`, summed over ranks).
 //!
-//! Message sizes follow nccl-tests ([`Shape`]); bus bandwidth uses its
-//! factors ([`busbw_factor`]).
-
-pub mod shape;
+//! What differs between collectives (sizes per nccl-tests, reducing or
+//! rooted, how to call it, bus factor) is in their descriptors
+//! ([`crate::collective`]); this file is the one shared harness.
 
 use std::time::Instant;
 
-pub use shape::Shape;
+pub use crate::collective::Shape;
 
 use crate::aligned::Aligned;
+use crate::collective;
 use crate::conformance;
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
@@ -72,21 +72,6 @@ pub struct Case {
     pub in_place: bool,
     /// nccl-tests' size S in bytes (see [`Shape`]).
     pub bytes: usize,
-}
-
-impl Case {
-    fn reducing(&self) -> bool {
-        matches!(
-            self.collective,
-            Collective::AllReduce | Collective::Reduce | Collective::ReduceScatter
-        )
-    }
-    fn rooted(&self) -> bool {
-        matches!(
-            self.collective,
-            Collective::Broadcast | Collective::Reduce | Collective::Gather | Collective::Scatter
-        )
-    }
 }
 
 /// How to time.
@@ -147,41 +132,47 @@ impl Measurement {
     }
     /// Bus bandwidth: algbw × the collective's nccl-tests factor.
     pub fn busbw_gbps(&self) -> f64 {
-        self.algbw_gbps() * busbw_factor(self.collective, self.world)
+        self.algbw_gbps() * collective::of(self.collective).bus_factor(self.world)
     }
-    /// One JSON object on one line (the format the peer programs print too).
-    pub fn to_json(&self, implementation: &str) -> String {
-        format!(
-            "{{\"impl\":\"{implementation}\",\"collective\":\"{}\",\"world\":{},\"bytes\":{},\"dtype\":\"{}\",\"iters\":{},\"min_us\":{:.3},\"median_us\":{:.3},\"max_us\":{:.3},\"algbw_gbps\":{:.4},\"busbw_gbps\":{:.4},\"wrong\":{}}}",
-            self.collective,
-            self.world,
-            self.bytes,
-            self.dtype,
-            self.iters,
-            self.min_us,
-            self.median_us,
-            self.max_us,
-            self.algbw_gbps(),
-            self.busbw_gbps(),
-            self.wrong.map_or(-1, |w| w as i64)
-        )
+    /// The results-file record of this measurement, for `label` (what was
+    /// measured: backend + transport + algorithm) on `backend` with `algo`.
+    pub fn to_record(&self, label: &str, backend: &str, algo: &str) -> measure::Record {
+        measure::Record {
+            label: label.to_owned(),
+            backend: backend.to_owned(),
+            algo: algo.to_owned(),
+            peer: false,
+            collective: self.collective,
+            world: self.world,
+            bytes: self.bytes as u64,
+            count: self.count as u64,
+            dtype: dtype_key(self.dtype).to_owned(),
+            op: self.op.map_or("none", ReduceOp::name).to_owned(),
+            root: self.root.map_or(-1, |r| r as i64),
+            in_place: self.in_place,
+            iters: self.iters as u64,
+            min_us: self.min_us,
+            median_us: self.median_us,
+            mean_us: Some(self.mean_us),
+            p99_us: Some(self.p99_us),
+            max_us: self.max_us,
+            algbw_gbps: Some(self.algbw_gbps()),
+            busbw_gbps: Some(self.busbw_gbps()),
+            wrong: self.wrong.map_or(-1, |w| w as i64),
+        }
     }
 }
 
-/// nccl-tests' bus-bandwidth factor for `collective` at `n` ranks
-/// (PERFORMANCE.md: the fraction of the data each rank's link must carry).
-pub fn busbw_factor(collective: Collective, n: usize) -> f64 {
-    let n = n as f64;
-    match collective {
-        Collective::AllReduce => 2.0 * (n - 1.0) / n,
-        Collective::ReduceScatter
-        | Collective::AllGather
-        | Collective::AllToAll
-        | Collective::Gather
-        | Collective::Scatter => (n - 1.0) / n,
-        Collective::Broadcast | Collective::Reduce | Collective::SendRecv | Collective::Barrier => {
-            1.0
-        }
+/// The short dtype names results files and the torch peer use (`f32`, ...).
+pub fn dtype_key(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "f32",
+        DType::F64 => "f64",
+        DType::F16 => "f16",
+        DType::BF16 => "bf16",
+        DType::I32 => "i32",
+        DType::I64 => "i64",
+        DType::U8 => "u8",
     }
 }
 
@@ -189,8 +180,9 @@ pub fn busbw_factor(collective: Collective, n: usize) -> f64 {
 /// block), or for send/recv on one rank. Every rank must call it with the
 /// same arguments.
 pub fn run(comm: &dyn Communicator, case: &Case, s: &Settings) -> Result<Option<Measurement>> {
-    let (me, n) = (comm.rank(), comm.world_size());
-    if case.rooted() && case.root >= n {
+    let n = comm.world_size();
+    let d = collective::of(case.collective);
+    if d.rooted && case.root >= n {
         return Err(Error::InvalidArgument(format!(
             "root {} is not a rank of this {n}-rank job",
             case.root
@@ -202,8 +194,7 @@ pub fn run(comm: &dyn Communicator, case: &Case, s: &Settings) -> Result<Option<
         ));
     }
     let shape = Shape::of(case.collective, case.bytes, n, case.dtype);
-    let barrier = case.collective == Collective::Barrier;
-    if (shape.count == 0 && !barrier) || (case.collective == Collective::SendRecv && n == 1) {
+    if (shape.count == 0 && d.payload) || (case.collective == Collective::SendRecv && n == 1) {
         return Ok(None);
     }
     let (dt, e) = (case.dtype, case.dtype.size());
@@ -211,42 +202,21 @@ pub fn run(comm: &dyn Communicator, case: &Case, s: &Settings) -> Result<Option<
     // place, and CPUs take no slow path for them.
     let input = Aligned::zeros(shape.input * e);
     let out_len = if case.in_place {
-        shape.in_place_len(case.collective)
+        shape.in_place_len()
     } else {
         shape.output
     };
     let mut output = Aligned::zeros(out_len * e);
-    let (right, left) = ((me + 1) % n, (me + n - 1) % n);
     let mut call = || -> Result<()> {
-        let inp = if case.in_place {
+        // A collective without an in-place form gets its input buffer even
+        // for the in-place case (send/recv sends it; a barrier ignores it).
+        let inp = if case.in_place && d.in_place {
             Input::InPlace
         } else {
             Input::Buffer(Buffer::from_bytes(dt, input.bytes())?)
         };
         let out = &mut BufferMut::from_bytes(dt, output.bytes_mut())?;
-        match case.collective {
-            Collective::AllReduce => comm.all_reduce(inp, out, case.op),
-            Collective::Broadcast => comm.broadcast(inp, out, case.root),
-            Collective::Reduce => comm.reduce(inp, out, case.op, case.root),
-            Collective::AllGather => comm.all_gather(inp, out),
-            Collective::ReduceScatter => comm.reduce_scatter(inp, out, case.op),
-            Collective::AllToAll => comm.all_to_all(inp, out),
-            Collective::Gather => comm.gather(inp, out, case.root),
-            Collective::Scatter => comm.scatter(inp, out, case.root),
-            Collective::Barrier => comm.barrier(),
-            Collective::SendRecv => {
-                let send = Buffer::from_bytes(dt, input.bytes())?;
-                // Even ranks send first, odd ranks receive first, so blocking
-                // sends cannot all wait on each other around the ring.
-                if me % 2 == 0 {
-                    comm.send(&send, right)?;
-                    comm.recv(out, left)
-                } else {
-                    comm.recv(out, left)?;
-                    comm.send(&send, right)
-                }
-            }
-        }
+        (d.run)(comm, inp, out, case.op, case.root)
     };
     // ANCHOR: timed_loop
     for _ in 0..s.warmup {
@@ -266,12 +236,12 @@ pub fn run(comm: &dyn Communicator, case: &Case, s: &Settings) -> Result<Option<
     };
     comm.all_reduce(Input::InPlace, &mut BufferMut::from_slice(&mut times), op)?;
     // ANCHOR_END: timed_loop
-    let wrong = if s.check && !barrier {
+    let wrong = if s.check && d.payload {
         let mine = conformance::check_once(
             comm,
             case.collective,
             dt,
-            case.reducing().then_some(case.op),
+            d.reducing.then_some(case.op),
             shape.count,
             case.in_place,
             case.root,
@@ -283,7 +253,7 @@ pub fn run(comm: &dyn Communicator, case: &Case, s: &Settings) -> Result<Option<
             ReduceOp::Sum,
         )?;
         Some(total[0].max(0) as usize)
-    } else if barrier {
+    } else if !d.payload {
         Some(0)
     } else {
         None
@@ -295,8 +265,8 @@ pub fn run(comm: &dyn Communicator, case: &Case, s: &Settings) -> Result<Option<
         bytes: shape.bytes,
         count: shape.reported_count,
         dtype: dt,
-        op: case.reducing().then_some(case.op),
-        root: case.rooted().then_some(case.root),
+        op: d.reducing.then_some(case.op),
+        root: d.rooted.then_some(case.root),
         in_place: case.in_place,
         iters: s.iters,
         min_us: st.min,
@@ -385,18 +355,13 @@ pub fn summarize(v: &mut [f64]) -> (f64, f64, f64) {
     (v[0], median, v[m - 1])
 }
 
-/// Sizes from `min` to `max` bytes, multiplying by `factor` (nccl-tests `-b -e -f`).
+/// Sizes from `min` to `max` bytes, multiplying by `factor` (nccl-tests
+/// `-b -e -f`; the one progression is `measure::size::sizes`).
 pub fn sizes(min: usize, max: usize, factor: usize) -> Vec<usize> {
-    let mut out = Vec::new();
-    let mut s = min.max(1);
-    while s <= max {
-        out.push(s);
-        if factor < 2 {
-            break;
-        }
-        s = s.saturating_mul(factor);
-    }
-    out
+    measure::size::sizes(min as u64, max as u64, factor as u64, 0)
+        .into_iter()
+        .map(|s| s as usize)
+        .collect()
 }
 
 #[cfg(test)]
@@ -421,37 +386,6 @@ mod tests {
         assert_eq!(Stats::of(&mut v).p99, 5.0);
         assert_eq!(Combine::parse("2"), Some(Combine::Max));
         assert_eq!(Combine::parse("mean"), Some(Combine::Avg));
-    }
-
-    #[test]
-    fn busbw_factors_match_nccl_tests() {
-        assert_eq!(busbw_factor(Collective::AllReduce, 2), 1.0);
-        assert_eq!(busbw_factor(Collective::AllReduce, 4), 1.5);
-        assert_eq!(busbw_factor(Collective::AllGather, 4), 0.75);
-        assert_eq!(busbw_factor(Collective::Broadcast, 8), 1.0);
-        // PERFORMANCE.md, for every n: allreduce 2(n-1)/n; reducescatter,
-        // allgather, alltoall (and gather/scatter in its gather.cu /
-        // scatter.cu) (n-1)/n; broadcast, reduce, sendrecv 1.
-        for n in 1..=64usize {
-            let f = n as f64;
-            assert_eq!(busbw_factor(Collective::AllReduce, n), 2.0 * (f - 1.0) / f);
-            for c in [
-                Collective::ReduceScatter,
-                Collective::AllGather,
-                Collective::AllToAll,
-                Collective::Gather,
-                Collective::Scatter,
-            ] {
-                assert_eq!(busbw_factor(c, n), (f - 1.0) / f, "{c} at {n}");
-            }
-            for c in [
-                Collective::Broadcast,
-                Collective::Reduce,
-                Collective::SendRecv,
-            ] {
-                assert_eq!(busbw_factor(c, n), 1.0, "{c} at {n}");
-            }
-        }
     }
 
     #[test]

@@ -1,13 +1,16 @@
-//! The implementations the runner can launch, by name.
+//! What the runner can launch, by name: each [`Label`] is one implementation
+//! of all_reduce (a library called directly, or ringside with a backend and
+//! transport), named as the `label` of its records.
 
 use std::fmt;
 use std::str::FromStr;
 
 use crate::{Error, Result};
 
-/// One all_reduce implementation the `peers` runner knows how to launch.
+/// One all_reduce implementation the `peers` runner knows how to launch
+/// (flag `--impl`; the same idea as `ringside bench`'s `Label`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Impl {
+pub enum Label {
     /// OpenMPI `MPI_Allreduce` via `mpirun`, shared-memory BTL (vader).
     Mpi,
     /// `gloo::AllreduceRing` over Gloo's TCP transport.
@@ -39,55 +42,55 @@ pub enum Impl {
     RingsideMpi,
 }
 
-impl Impl {
+impl Label {
     /// Every implementation, in table order.
-    pub const ALL: [Impl; 11] = [
-        Impl::Mpi,
-        Impl::GlooRing,
-        Impl::GlooRingChunked,
-        Impl::GlooHalvingDoubling,
-        Impl::GlooAllreduce,
-        Impl::RingsideShm,
-        Impl::RingsideTcp,
-        Impl::RingsideGloo,
-        Impl::RingsideGlooRingChunked,
-        Impl::RingsideGlooHalvingDoubling,
-        Impl::RingsideMpi,
+    pub const ALL: [Label; 11] = [
+        Label::Mpi,
+        Label::GlooRing,
+        Label::GlooRingChunked,
+        Label::GlooHalvingDoubling,
+        Label::GlooAllreduce,
+        Label::RingsideShm,
+        Label::RingsideTcp,
+        Label::RingsideGloo,
+        Label::RingsideGlooRingChunked,
+        Label::RingsideGlooHalvingDoubling,
+        Label::RingsideMpi,
     ];
 
     /// The default selection: what the project's targets compare.
-    pub const DEFAULT: [Impl; 4] = [
-        Impl::Mpi,
-        Impl::GlooRing,
-        Impl::RingsideShm,
-        Impl::RingsideTcp,
+    pub const DEFAULT: [Label; 4] = [
+        Label::Mpi,
+        Label::GlooRing,
+        Label::RingsideShm,
+        Label::RingsideTcp,
     ];
 
     /// The name used on the command line, in tables and as the JSON `impl`
     /// the peers print.
     pub fn name(self) -> &'static str {
         match self {
-            Impl::Mpi => "mpi",
-            Impl::GlooRing => "gloo-ring",
-            Impl::GlooRingChunked => "gloo-ring-chunked",
-            Impl::GlooHalvingDoubling => "gloo-halving-doubling",
-            Impl::GlooAllreduce => "gloo-allreduce",
-            Impl::RingsideShm => "ringside-shm",
-            Impl::RingsideTcp => "ringside-tcp",
-            Impl::RingsideGloo => "ringside-gloo",
-            Impl::RingsideGlooRingChunked => "ringside-gloo-ring-chunked",
-            Impl::RingsideGlooHalvingDoubling => "ringside-gloo-halving-doubling",
-            Impl::RingsideMpi => "ringside-mpi",
+            Label::Mpi => "mpi",
+            Label::GlooRing => "gloo-ring",
+            Label::GlooRingChunked => "gloo-ring-chunked",
+            Label::GlooHalvingDoubling => "gloo-halving-doubling",
+            Label::GlooAllreduce => "gloo-allreduce",
+            Label::RingsideShm => "ringside-shm",
+            Label::RingsideTcp => "ringside-tcp",
+            Label::RingsideGloo => "ringside-gloo",
+            Label::RingsideGlooRingChunked => "ringside-gloo-ring-chunked",
+            Label::RingsideGlooHalvingDoubling => "ringside-gloo-halving-doubling",
+            Label::RingsideMpi => "ringside-mpi",
         }
     }
 
     /// The Gloo peer's `-a` value, for Gloo implementations.
     pub fn gloo_algorithm(self) -> Option<&'static str> {
         match self {
-            Impl::GlooRing => Some("ring"),
-            Impl::GlooRingChunked => Some("ring_chunked"),
-            Impl::GlooHalvingDoubling => Some("halving_doubling"),
-            Impl::GlooAllreduce => Some("allreduce"),
+            Label::GlooRing => Some("ring"),
+            Label::GlooRingChunked => Some("ring_chunked"),
+            Label::GlooHalvingDoubling => Some("halving_doubling"),
+            Label::GlooAllreduce => Some("allreduce"),
             _ => None,
         }
     }
@@ -96,10 +99,10 @@ impl Impl {
     /// ringside implementations.
     pub fn ringside_args(self) -> Option<&'static [&'static str]> {
         match self {
-            Impl::RingsideShm => Some(&["--transport", "shm"]),
-            Impl::RingsideTcp => Some(&["--transport", "tcp"]),
-            Impl::RingsideGloo => Some(&["--backend", "gloo", "--algo", "ring"]),
-            Impl::RingsideGlooRingChunked | Impl::RingsideGlooHalvingDoubling => {
+            Label::RingsideShm => Some(&["--transport", "shm"]),
+            Label::RingsideTcp => Some(&["--transport", "tcp"]),
+            Label::RingsideGloo => Some(&["--backend", "gloo", "--algo", "ring"]),
+            Label::RingsideGlooRingChunked | Label::RingsideGlooHalvingDoubling => {
                 Some(&["--backend", "gloo"])
             }
             _ => None,
@@ -111,49 +114,49 @@ impl Impl {
     /// names its own algorithms).
     pub fn ringside_env(self) -> &'static [(&'static str, &'static str)] {
         match self {
-            Impl::RingsideGlooRingChunked => &[("RINGSIDE_GLOO_ALGO", "ring_chunked")],
-            Impl::RingsideGlooHalvingDoubling => &[("RINGSIDE_GLOO_ALGO", "halving_doubling")],
+            Label::RingsideGlooRingChunked => &[("RINGSIDE_GLOO_ALGO", "ring_chunked")],
+            Label::RingsideGlooHalvingDoubling => &[("RINGSIDE_GLOO_ALGO", "halving_doubling")],
             _ => &[],
         }
     }
 
     /// All names, comma-separated (for help and errors).
     pub fn names() -> String {
-        Impl::ALL.map(Impl::name).join(",")
+        Label::ALL.map(Label::name).join(",")
     }
 
     /// Parses a comma-separated list (`mpi,gloo-ring`), dropping repeats
     /// but keeping the order given.
-    pub fn parse_list(list: &str) -> Result<Vec<Impl>> {
+    pub fn parse_list(list: &str) -> Result<Vec<Label>> {
         let mut out = Vec::new();
         for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let imp: Impl = part.parse()?;
+            let imp: Label = part.parse()?;
             if !out.contains(&imp) {
                 out.push(imp);
             }
         }
         if out.is_empty() {
-            return Err(Error::UnknownImpl(list.to_string()));
+            return Err(Error::UnknownLabel(list.to_string()));
         }
         Ok(out)
     }
 }
 
-impl fmt::Display for Impl {
+impl fmt::Display for Label {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
 }
 
-impl FromStr for Impl {
+impl FromStr for Label {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self> {
         let s = s.trim().to_ascii_lowercase().replace('_', "-");
-        Impl::ALL
+        Label::ALL
             .into_iter()
             .find(|i| i.name() == s)
-            .ok_or(Error::UnknownImpl(s))
+            .ok_or(Error::UnknownLabel(s))
     }
 }
 
@@ -163,27 +166,27 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for i in Impl::ALL {
-            assert_eq!(i.name().parse::<Impl>().unwrap(), i);
+        for i in Label::ALL {
+            assert_eq!(i.name().parse::<Label>().unwrap(), i);
         }
     }
 
     #[test]
     fn parse_list_keeps_order_and_drops_repeats() {
-        let l = Impl::parse_list("ringside-tcp, mpi,gloo_ring,mpi").unwrap();
-        assert_eq!(l, vec![Impl::RingsideTcp, Impl::Mpi, Impl::GlooRing]);
+        let l = Label::parse_list("ringside-tcp, mpi,gloo_ring,mpi").unwrap();
+        assert_eq!(l, vec![Label::RingsideTcp, Label::Mpi, Label::GlooRing]);
     }
 
     #[test]
     fn parse_list_rejects_unknown_and_empty() {
-        assert!(Impl::parse_list("mpi,nccl").is_err());
-        assert!(Impl::parse_list(" , ").is_err());
+        assert!(Label::parse_list("mpi,nccl").is_err());
+        assert!(Label::parse_list(" , ").is_err());
     }
 
     #[test]
     fn gloo_algorithm_names_match_peer_impl_names() {
         // The Gloo peer prints "gloo-" + algo with '_' -> '-'.
-        for i in Impl::ALL {
+        for i in Label::ALL {
             if let Some(a) = i.gloo_algorithm() {
                 assert_eq!(format!("gloo-{}", a.replace('_', "-")), i.name());
             }

@@ -4,7 +4,7 @@
 Start one process per rank with torchrun's environment (RANK, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT, LOCAL_RANK), e.g.
 
-    .ringside/venv/bin/torchrun --nproc-per-node 2 benches/torch_peer.py -b 8 -e 64M
+    .ringside/venv/bin/torchrun --nproc-per-node 2 cli/src/torch_peer.py -b 8 -e 64M
 
 Rank 0 prints one JSON record per line (the record format of
 /work/notes/results-format.md: label "torch-gloo"/"torch-nccl", backend
@@ -168,7 +168,7 @@ def env_int(name, default=None):
     if v is None or v == "":
         if default is None:
             die(f"{name} is not set. Start one process per rank under torchrun "
-                "(torchrun --nproc-per-node N benches/torch_peer.py ...), or set RANK, "
+                "(torchrun --nproc-per-node N cli/src/torch_peer.py ...), or set RANK, "
                 "WORLD_SIZE, MASTER_ADDR and MASTER_PORT yourself.")
         return default
     try:

@@ -1,4 +1,4 @@
-//! The torch peer (`benches/torch_peer.py`) at world 2: two Python processes
+//! The torch peer (`cli/src/torch_peer.py`, run by `ringside bench --peer torch`) at world 2: two Python processes
 //! started by hand with torchrun's environment variables, a tiny sweep of
 //! all_reduce and all_gather, and every record checked against the results
 //! format (fields, sizes, statistics, bandwidth factors, `wrong == 0`).
@@ -43,6 +43,10 @@ fn workspace() -> PathBuf {
         .parent()
         .unwrap()
         .to_path_buf()
+}
+
+fn cli_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 fn python() -> PathBuf {
@@ -97,7 +101,7 @@ fn finish(mut child: Child, deadline: Instant) -> (std::process::ExitStatus, Str
 /// Runs the peer on two ranks; returns rank 0's stdout.
 fn run_world_2(args: &[&str]) -> String {
     let py = python();
-    let script = workspace().join("benches/torch_peer.py");
+    let script = cli_dir().join("src/torch_peer.py");
     let port = free_port().to_string();
     let children: Vec<Child> = (0..2)
         .map(|rank| {

@@ -1,0 +1,39 @@
+//! Visible skips for tests that need hardware this machine may lack (a CUDA
+//! device, two of them). libtest captures `eprintln!`, so a skipped test
+//! would look like a pass; these write to the real stderr instead, and on a
+//! machine that promises GPUs (`RINGSIDE_REQUIRE_CUDA=1`, set by
+//! `scripts/gpu-check.sh`) a missing device fails the test.
+//!
+//! Used by collectives' and trainers' GPU tests, in the form
+//! `if available { ... } else { skip_without_cuda(test, why) }`, so no test
+//! ends early with a bare `return`.
+
+use std::io::Write;
+
+/// The variable that turns a missing CUDA device into a failure.
+pub const REQUIRE_CUDA_ENV: &str = "RINGSIDE_REQUIRE_CUDA";
+
+/// Whether `RINGSIDE_REQUIRE_CUDA=1`: this machine promises CUDA devices.
+pub fn cuda_required() -> bool {
+    std::env::var_os(REQUIRE_CUDA_ENV).is_some_and(|v| v == "1")
+}
+
+/// One line straight to file descriptor 2 (libtest does not capture it).
+pub fn note(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// Says `test: skipped: reason` where people see it.
+pub fn skip(test: &str, reason: &str) {
+    note(&format!("{test}: skipped: {reason}"));
+}
+
+/// As [`skip`] for a missing CUDA device, but a failure (panic) when
+/// [`cuda_required`].
+pub fn skip_without_cuda(test: &str, reason: &str) {
+    assert!(
+        !cuda_required(),
+        "{REQUIRE_CUDA_ENV}=1 but {test} found {reason}"
+    );
+    skip(test, reason);
+}

@@ -1,0 +1,24 @@
+//! The measuring vocabulary of ringside: what a benchmark writes and what
+//! every reader (reports, the `peers` runner, labs) reads.
+//!
+//! - [`Collective`]: the collectives' names (nccl-tests' for tables, the
+//!   results file's for records) and [`busbw_factor`], nccl-tests' bus
+//!   factors;
+//! - [`size`]: message sizes parsed from flags (`64M`) and printed for people;
+//! - [`Record`] and [`ResultsFile`]: one measured size, and a whole results
+//!   file (format [`FORMAT`]) with its manifest; [`ResultsWriter`] writes one.
+//!
+//! Nothing here talks to a network or a GPU; the `collectives` crate builds
+//! its collective descriptors on these names and factors.
+#![deny(missing_docs)]
+
+mod collective;
+mod error;
+mod record;
+pub mod size;
+mod writer;
+
+pub use collective::{Collective, busbw_factor};
+pub use error::{Error, Result};
+pub use record::{FORMAT, Record, ResultsFile, parse_line, parse_results, read_results};
+pub use writer::ResultsWriter;

@@ -1,0 +1,99 @@
+//! Writing a results file: whole, after every size (temporary file + rename),
+//! so a crash or Ctrl-C never leaves a torn file behind.
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use crate::error::{Error, Result};
+use crate::record::{FORMAT, Record};
+
+/// A results file being written.
+#[derive(Debug, Clone)]
+pub struct ResultsWriter {
+    /// Where to write (`None`: keep in memory only, e.g. on ranks other than 0).
+    pub path: Option<PathBuf>,
+    /// The manifest (free JSON: command, versions, host, environment).
+    pub manifest: Value,
+    /// The records so far.
+    pub records: Vec<Record>,
+}
+
+impl ResultsWriter {
+    /// A writer with no records yet.
+    pub fn new(path: Option<PathBuf>, manifest: Value) -> Self {
+        ResultsWriter {
+            path,
+            manifest,
+            records: Vec::new(),
+        }
+    }
+
+    /// Adds a record and rewrites the file.
+    pub fn push(&mut self, r: Record) -> Result<()> {
+        self.records.push(r);
+        self.write()
+    }
+
+    /// The document as it is written: keys in sorted order at every level
+    /// (serde_json's map), the byte layout results files have always had.
+    pub fn to_json(&self) -> Result<Vec<u8>> {
+        let doc = json!({
+            "format": FORMAT,
+            "manifest": self.manifest,
+            "records": serde_json::to_value(&self.records)?,
+        });
+        Ok(serde_json::to_vec_pretty(&doc)?)
+    }
+
+    /// Writes the whole file (temporary file, then rename).
+    pub fn write(&self) -> Result<()> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| Error::Write {
+                doing: "creating",
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, self.to_json()?).map_err(|source| Error::Write {
+            doing: "writing",
+            path: tmp.clone(),
+            source,
+        })?;
+        std::fs::rename(&tmp, path).map_err(|source| Error::Write {
+            doing: "renaming to",
+            path: path.clone(),
+            source,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::parse_results;
+
+    #[test]
+    fn a_written_file_reads_back_with_sorted_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/bench.json");
+        let mut w = ResultsWriter::new(Some(path.clone()), json!({"world": 2}));
+        w.write().unwrap();
+        let line = r#"{"label":"reference-shm","backend":"reference","collective":"send_recv","world":2,"bytes":8,"min_us":1,"median_us":2,"max_us":3,"wrong":0}"#;
+        w.push(crate::parse_line(line).unwrap().unwrap()).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let back = parse_results(&text, &path).unwrap();
+        assert_eq!(back.records, w.records);
+        // Sorted keys: "algbw_gbps" before "algo" before "backend" ... "world".
+        let keys: Vec<usize> = ["\"algbw_gbps\"", "\"algo\"", "\"backend\"", "\"wrong\""]
+            .iter()
+            .map(|k| text.find(k).unwrap())
+            .collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "{text}");
+        assert!(!path.with_extension("json.tmp").exists());
+    }
+}
