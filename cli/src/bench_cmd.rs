@@ -20,9 +20,9 @@ use collectives::{Backend, Collective, Communicator, DType, ReduceOp};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::job::parse_size;
-use crate::manifest;
 use crate::results::{Record, ResultsWriter};
 use crate::torch_peer::{self, PeerSweep, cuda_present};
+use measure::manifest;
 
 /// Flags follow nccl-tests where they overlap (`-b -e -f -i -n -w -c -o -d -r -a`).
 #[derive(Debug, Args)]

@@ -5,7 +5,6 @@ mod bench_cmd;
 mod conformance_cmd;
 mod job;
 mod launch_cmd;
-mod manifest;
 mod report_cmd;
 mod results;
 mod sweep;

@@ -13,8 +13,8 @@ use collectives::bench::{Combine, dtype_key};
 use collectives::rendezvous::env::Rendezvous;
 use collectives::{Collective, DType, ReduceOp};
 
-use crate::manifest;
 use crate::results::Record;
+use measure::manifest;
 
 /// What the peer sweeps.
 pub struct PeerSweep<'a> {

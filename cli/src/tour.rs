@@ -17,9 +17,9 @@ use collectives::{Backend, Collective, Communicator, DType, ReduceOp};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::job;
-use crate::manifest;
 use crate::results::ResultsWriter;
 use crate::torch_peer::{self, PeerSweep};
+use measure::manifest;
 
 #[derive(Debug, Args)]
 pub struct TourArgs {

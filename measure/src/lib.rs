@@ -6,7 +6,8 @@
 //!   factors;
 //! - [`size`]: message sizes parsed from flags (`64M`) and printed for people;
 //! - [`Record`] and [`ResultsFile`]: one measured size, and a whole results
-//!   file (format [`FORMAT`]) with its manifest; [`ResultsWriter`] writes one.
+//!   file (format [`FORMAT`]) with its [`manifest`] (which build, machine,
+//!   libraries and settings measured it); [`ResultsWriter`] writes one.
 //!
 //! Nothing here talks to a network or a GPU; the `collectives` crate builds
 //! its collective descriptors on these names and factors.
@@ -14,6 +15,7 @@
 
 mod collective;
 mod error;
+pub mod manifest;
 mod record;
 pub mod size;
 mod writer;

@@ -218,24 +218,7 @@ pub fn run(comm: &dyn Communicator, case: &Case, s: &Settings) -> Result<Option<
         let out = &mut BufferMut::from_bytes(dt, output.bytes_mut())?;
         (d.run)(comm, inp, out, case.op, case.root)
     };
-    // ANCHOR: timed_loop
-    for _ in 0..s.warmup {
-        call()?;
-    }
-    let mut times = Vec::with_capacity(s.iters);
-    for _ in 0..s.iters {
-        comm.barrier()?;
-        let t0 = Instant::now();
-        call()?;
-        times.push(t0.elapsed().as_secs_f64() * 1e6);
-    }
-    let op = match s.combine {
-        Combine::Max => ReduceOp::Max,
-        Combine::Min => ReduceOp::Min,
-        Combine::Avg => ReduceOp::Avg,
-    };
-    comm.all_reduce(Input::InPlace, &mut BufferMut::from_slice(&mut times), op)?;
-    // ANCHOR_END: timed_loop
+    let st = time(comm, s.warmup, s.iters, s.combine, &mut call)?;
     let wrong = if s.check && d.payload {
         let mine = conformance::check_once(
             comm,
@@ -258,7 +241,6 @@ pub fn run(comm: &dyn Communicator, case: &Case, s: &Settings) -> Result<Option<
     } else {
         None
     };
-    let st = Stats::of(&mut times);
     Ok(Some(Measurement {
         collective: case.collective,
         world: n,
@@ -303,6 +285,45 @@ pub fn all_reduce_f32(
     };
     run(comm, &case, &settings)?
         .ok_or_else(|| Error::InvalidArgument(format!("{bytes} bytes hold no f32 element")))
+}
+
+/// The timing rule of every measurement (the bench, the tour, the labs), as
+/// nccl-tests times: `warmup` untimed calls, then `iters` calls, each started
+/// together after a barrier; each iteration's time is combined over the ranks by
+/// `combine` (`Max`: the slowest rank's), and the statistics are over those
+/// iterations, in µs. Every rank must call it with the same arguments; every
+/// rank gets the same [`Stats`].
+pub fn time(
+    comm: &dyn Communicator,
+    warmup: usize,
+    iters: usize,
+    combine: Combine,
+    mut call: impl FnMut() -> Result<()>,
+) -> Result<Stats> {
+    if iters == 0 {
+        return Err(Error::InvalidArgument(
+            "at least one timed iteration is needed".into(),
+        ));
+    }
+    // ANCHOR: timed_loop
+    for _ in 0..warmup {
+        call()?;
+    }
+    let mut times = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        comm.barrier()?;
+        let t0 = Instant::now();
+        call()?;
+        times.push(t0.elapsed().as_secs_f64() * 1e6);
+    }
+    let op = match combine {
+        Combine::Max => ReduceOp::Max,
+        Combine::Min => ReduceOp::Min,
+        Combine::Avg => ReduceOp::Avg,
+    };
+    comm.all_reduce(Input::InPlace, &mut BufferMut::from_slice(&mut times), op)?;
+    // ANCHOR_END: timed_loop
+    Ok(Stats::of(&mut times))
 }
 
 /// Order statistics over iterations.

@@ -1,78 +1,154 @@
-//! Lab 1: a first all-reduce.
+//! Lab 1: a first all-reduce, run as a learner runs it (`cargo lab 1`).
 //!
-//! Every rank holds one number; afterwards every rank must hold the sum. First
-//! by hand — everyone sends to rank 0, rank 0 adds and sends the total back —
-//! then with one `all_reduce` call. Run it plainly (it spawns its own ranks):
+//! Every rank checks the by-hand all-reduce (yours from `src/exercise.rs`, or the
+//! reference solution with `--solution`) against the sequential sum, then times it
+//! against the communicator's own `all_reduce` from 8 bytes up, each size as the
+//! slowest rank's median, and rank 0 writes `results/lab01/<UTC time>/` with the
+//! results file and its charts.
 //!
-//!     cargo run -p lab01-first-allreduce -- --nproc 4
-//!
-//! or under a launcher: `ringside launch --nproc-per-node 4 -- target/debug/lab01-first-allreduce`.
+//! Run plainly it spawns its own ranks; under a launcher it joins them:
+//! `ringside launch --nproc-per-node 4 -- target/release/lab01-first-allreduce`.
 
-use anyhow::ensure;
+use anyhow::{Context, bail};
 use clap::Parser;
-use collectives::job::{JobArgs, Joined};
-use collectives::{Buffer, BufferMut, Communicator, Input, ReduceOp};
+use collectives::bench::{self, Combine, Measurement, Stats};
+use collectives::{BufferMut, Collective, DType, Input, ReduceOp};
+use lab01_first_allreduce::{all_reduce_by_hand, expected, input};
+use labkit::{LabError, Run, Variant};
 
-/// Lab 1: sum one number per rank, by hand and with all_reduce.
+/// Lab 1: an all-reduce by hand from send/recv, timed against all_reduce.
 #[derive(Parser)]
+#[command(version)]
 struct Args {
-    /// The job flags every lab shares (4 ranks unless --nproc says otherwise).
     #[command(flatten)]
-    job: JobArgs<4>,
+    job: collectives::job::JobArgs<4>,
+    /// Largest message to time, in bytes (e.g. 16M).
+    #[arg(long, default_value = "16M", value_parser = measure::size::parse_size)]
+    max_size: u64,
+    /// A short run: messages up to 256 KiB, fewer iterations (what CI runs).
+    #[arg(long)]
+    quick: bool,
 }
 
-// ANCHOR: by_hand
-/// The naive way: a reduce to rank 0 and a broadcast back, built from
-/// point-to-point messages. Rank 0 does all the work — 2(n−1) messages pass
-/// through it — which is what ring and tree algorithms fix.
-fn sum_by_hand(comm: &dyn Communicator, mine: f64) -> anyhow::Result<f64> {
-    let mut total = [mine];
-    if comm.rank() == 0 {
-        for peer in 1..comm.world_size() {
-            let mut theirs = [0.0f64];
-            comm.recv(&mut BufferMut::from_slice(&mut theirs), peer)?;
-            total[0] += theirs[0];
+fn main() -> std::process::ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One line per rank, the cause chain included ("rank 2: TODO(lab 01): ...").
+            eprintln!("{e:#}");
+            std::process::ExitCode::FAILURE
         }
-        for peer in 1..comm.world_size() {
-            comm.send(&Buffer::from_slice(&total), peer)?;
-        }
-    } else {
-        comm.send(&Buffer::from_slice(&total), 0)?;
-        comm.recv(&mut BufferMut::from_slice(&mut total), 0)?;
     }
-    Ok(total[0])
 }
-// ANCHOR_END: by_hand
 
-fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    let Joined { rdv, comm, timeout } = match args.job.join("")? {
-        Ok(joined) => joined,
+fn run(args: Args) -> anyhow::Result<()> {
+    let variant = Variant::from_env();
+    let joined = match args.job.join("lab01/")? {
+        Ok(j) => j,
         Err(code) => std::process::exit(code),
     };
-    let (rank, n) = (comm.rank(), comm.world_size());
-    let mine = (rank + 1) as f64;
-    let expected = (n * (n + 1) / 2) as f64;
+    let comm = joined.comm.as_ref();
+    let (rank, world) = (comm.rank(), comm.world_size());
 
-    let by_hand = sum_by_hand(comm.as_ref(), mine)?;
-
+    // First: is it right? Small integers, so the sum is exact.
+    let mut mine = input(rank, 1000);
+    all_reduce_by_hand(variant, comm, &mut mine).with_context(|| format!("rank {rank}"))?;
+    if mine != expected(world, 1000) {
+        bail!("rank {rank}: {variant} does not leave the sum on every rank (`cargo lab check 1`)");
+    }
     // ANCHOR: all_reduce
-    let mut value = [mine];
+    let mut values = input(rank, 1000);
     comm.all_reduce(
         Input::InPlace,
-        &mut BufferMut::from_slice(&mut value),
+        &mut BufferMut::from_slice(&mut values),
         ReduceOp::Sum,
     )?;
     // ANCHOR_END: all_reduce
+    if values != mine {
+        bail!("rank {rank}: all_reduce and the by-hand sum differ");
+    }
 
-    println!(
-        "rank {rank} of {n}: mine = {mine}, by hand = {by_hand}, all_reduce = {}",
-        value[0]
-    );
-    ensure!(
-        by_hand == expected && value[0] == expected,
-        "rank {rank}: expected {expected}"
-    );
-    rdv.close(timeout)?;
+    let max = if args.quick { 256 << 10 } else { args.max_size };
+    let backend = args.job.backend.name();
+    let mut run = (rank == 0)
+        .then(|| Run::start(1, world, args.job.connect.transport.name()))
+        .transpose()?;
+    if rank == 0 {
+        println!(
+            "lab 1 on {world} ranks ({variant}): by hand and all_reduce agree; timing 8 B to {}",
+            measure::size::human(max)
+        );
+    }
+    for bytes in measure::size::sizes(8, max, 4, 0) {
+        let count = (bytes / 8) as usize;
+        let iters = if args.quick { 5 } else { iterations(bytes) };
+        let mut buf = vec![1.0f64; count];
+        let by_hand = bench::time(comm, 2, iters, Combine::Max, || {
+            all_reduce_by_hand(variant, comm, &mut buf).map_err(LabError::into_collective)
+        })?;
+        let library = bench::time(comm, 2, iters, Combine::Max, || {
+            comm.all_reduce(
+                Input::InPlace,
+                &mut BufferMut::from_slice(&mut buf),
+                ReduceOp::Sum,
+            )
+        })?;
+        if let Some(run) = run.as_mut() {
+            let algo = args.job.connect.algo.name();
+            run.push(
+                record(world, bytes, iters, &by_hand).to_record("by hand", backend, "by-hand"),
+            )?;
+            let label = format!("all_reduce ({algo})");
+            run.push(record(world, bytes, iters, &library).to_record(&label, backend, algo))?;
+            println!(
+                "{:>9}  by hand {:>10.1} µs   all_reduce {:>10.1} µs   ({:.1}×)",
+                measure::size::human(bytes),
+                by_hand.median,
+                library.median,
+                by_hand.median / library.median
+            );
+        }
+    }
+    if let Some(run) = run {
+        let dir = run.finish()?;
+        println!(
+            "\nThe chart ({}) plots both against message size. Small messages cost \
+             their latency either way; for large ones rank 0's link carries n − 1 \
+             buffers each way by hand, and all_reduce's ring keeps every link busy.",
+            dir.join("latency-all_reduce.svg").display()
+        );
+    }
+    joined.rdv.close(joined.timeout)?;
     Ok(())
+}
+
+/// One timed size of an in-place f64 sum over `world` ranks.
+fn record(world: usize, bytes: u64, iters: usize, st: &Stats) -> Measurement {
+    Measurement {
+        collective: Collective::AllReduce,
+        world,
+        bytes: bytes as usize,
+        count: (bytes / 8) as usize,
+        dtype: DType::F64,
+        op: Some(ReduceOp::Sum),
+        root: None,
+        in_place: true,
+        iters,
+        min_us: st.min,
+        median_us: st.median,
+        mean_us: st.mean,
+        p99_us: st.p99,
+        max_us: st.max,
+        // Checked once, exactly, before the timing (above), not per size.
+        wrong: None,
+    }
+}
+
+/// Fewer iterations for larger messages, so a default run stays under a minute.
+fn iterations(bytes: u64) -> usize {
+    match bytes {
+        0..=65_536 => 50,
+        65_537..=1_048_576 => 20,
+        _ => 5,
+    }
 }

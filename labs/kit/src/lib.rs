@@ -5,10 +5,16 @@
 //! reached through a seam), a runnable program and a self-check `tests/check.rs`.
 //! Both the program and the check pick the exercise or the solution with
 //! [`Variant::from_env`], which `cargo lab N --solution` and the test suite set.
+//! What a run measured goes through a [`Run`]: `results/labNN/<UTC time>/`, a
+//! results file in the bench's format and its charts.
 
 #![deny(missing_docs)]
 
+mod run;
+
 use std::fmt;
+
+pub use run::Run;
 
 /// The environment variable that selects the reference solution (`1`). Set by
 /// `cargo lab N --solution` and by the test suite's `labs` step.
@@ -64,6 +70,25 @@ pub enum LabError {
     /// The exercise ran but its result is wrong.
     #[error("{0}")]
     Wrong(String),
+    /// Writing the results file failed.
+    #[error(transparent)]
+    Results(#[from] measure::Error),
+    /// Drawing the charts failed.
+    #[error(transparent)]
+    Report(#[from] reports::Error),
+}
+
+impl LabError {
+    /// As a [`collectives::Error`], for code that runs inside a collective's
+    /// harness (the timing loop): a collective error stays itself, anything
+    /// else (an unsolved TODO, a wrong result) becomes an invalid-argument error
+    /// carrying the message.
+    pub fn into_collective(self) -> collectives::Error {
+        match self {
+            LabError::Collective(e) => e,
+            other => collectives::Error::InvalidArgument(other.to_string()),
+        }
+    }
 }
 
 /// The error an unsolved piece returns: `todo(1, "all_reduce_by_hand", file!())`.

@@ -43,8 +43,8 @@ pub fn torch_dir() -> Option<PathBuf> {
     built.canonicalize().ok()
 }
 
-/// The repository this binary was built from (for the torch peer's script
-/// and Python when no flag names them).
+/// The repository this binary was built from (for the torch peer's script,
+/// Python, and the labs' results folder when nothing names them).
 pub fn workspace_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -90,19 +90,28 @@ fn first_line_with(path: &str, key: &str) -> Option<String> {
         .map(|(_, v)| v.trim().trim_matches('"').to_owned())
 }
 
+/// CPUs online on the host (not this process's affinity mask: a launcher that
+/// binds each rank to one core must not make the machine look like one core).
+fn online_cpus() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    let n = text.lines().filter(|l| l.starts_with("processor")).count();
+    (n > 0).then_some(n)
+}
+
 fn host() -> Value {
     let mem_kib = first_line_with("/proc/meminfo", "MemTotal")
         .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok());
     json!({
         "hostname": std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|s| s.trim().to_owned()),
         "cpu": first_line_with("/proc/cpuinfo", "model name"),
-        "cores": collectives::transport::host_cpus(),
+        "cores": online_cpus(),
         "memory_bytes": mem_kib.map(|k| k * 1024),
         "os": first_line_with("/etc/os-release", "PRETTY_NAME"),
     })
 }
 
-/// The manifest for a run of `world` ranks over `transport`.
+/// The manifest for a run of `world` ranks over `transport`, with `combine` the
+/// rule by which ranks' times became one (`max`: the slowest rank).
 pub fn manifest(world: usize, transport: &str, combine: &str) -> Value {
     let torch = torch_dir();
     let args: Vec<String> = std::env::args().collect();
