@@ -250,7 +250,8 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         report_step(&results, &out_dir)?;
     }
     say(String::from(
-        "\nNext: `cargo run --release -p ringside -- sweep --backend gloo` for a full nccl-tests style sweep,\n\
+        "\nNext: the workshop: `cargo lab list`, then `cargo lab 1` (its chapter: `cargo xtask book`),\n\
+         `cargo run --release -p ringside -- bench --backend gloo` for a full nccl-tests style sweep,\n\
          `cargo run --release -p ringside -- conformance --nproc 4` for the full conformance matrix,\n\
          `cargo run --release -p ringside-benches --bin peers` to compare with MPI and Gloo called directly,\n\
          `cargo run -p ringside -- launch --nproc-per-node 2 -- <program>` to run your own ranks.",

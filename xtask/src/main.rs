@@ -110,11 +110,18 @@ fn run(cli: Cli) -> Result<()> {
         }
         Task::Tour { args } => {
             setup::run(&root)?;
+            // ringside and every lab's program, with the workspace's feature set as
+            // `cargo lab` builds them: a lab's first run after the tour then
+            // compiles nothing (selecting one package would resolve features
+            // differently and recompile the shared dependencies).
             let mut build = steps::cargo(&root);
-            build.args(["build", "--release", "--package", "ringside"]);
+            build.args(["build", "--release", "--workspace", "--bin", "ringside"]);
+            for lab in labs::info::load(&root)? {
+                build.args(["--bin", &lab.package()]);
+            }
             ui::say(&format!("running {}", ui::show_command(&build)));
             if !build.status()?.success() {
-                anyhow::bail!("building ringside failed");
+                anyhow::bail!("building ringside and the labs failed");
             }
             let mut cmd = tour_command(&root, &args)?;
             ui::say(&format!("running {}", ui::show_command(&cmd)));

@@ -395,7 +395,12 @@ fn reset(root: &Path, lab: &Lab, yes: bool) -> Result<()> {
 pub fn gate(root: &Path) -> Result<()> {
     let labs = info::load(root)?;
     let checks = build_checks(root, false)?;
-    let programs = build(root, false, &["build", "--bins"])?;
+    let packages: Vec<String> = labs.iter().map(Lab::package).collect();
+    let mut target = vec!["build"];
+    for p in &packages {
+        target.extend(["--bin", p.as_str()]);
+    }
+    let programs = build(root, false, &target)?;
     let mut problems = Vec::new();
     for lab in &labs {
         let marker = lab.todo_marker();
