@@ -7,12 +7,12 @@
 //! two ranks called different things, no rank gets through — each one either
 //! sees a mismatched tag itself or is told by a peer that aborted.
 
-use super::{Peers, sub_mod};
+use super::{TaggedTransport, sub_mod};
 use crate::error::Result;
 use crate::transport::Sink;
 
 /// Runs the dissemination rounds with empty payloads.
-pub fn barrier(p: &mut Peers<'_>) -> Result<()> {
+pub fn barrier(p: &mut TaggedTransport<'_>) -> Result<()> {
     let (r, n) = (p.rank(), p.world());
     let mut d = 1;
     while d < n {

@@ -10,7 +10,7 @@
 use std::ops::Range;
 
 use super::recursive_doubling::Fold;
-use super::{Peers, partition, split_pair};
+use super::{TaggedTransport, partition, split_pair};
 use crate::element::{DType, ReduceOp};
 use crate::error::Result;
 use crate::transport::Sink;
@@ -22,7 +22,7 @@ fn span(blocks: &[Range<usize>], lo: usize, hi: usize) -> Range<usize> {
 /// In-place halving-doubling all_reduce of `buf`; `tmp` must be as long as `buf`
 /// (`Avg` is left as a sum; the caller divides).
 pub fn all_reduce(
-    p: &mut Peers<'_>,
+    p: &mut TaggedTransport<'_>,
     buf: &mut [u8],
     tmp: &mut [u8],
     dtype: DType,

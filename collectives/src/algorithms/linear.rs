@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use super::Peers;
+use super::TaggedTransport;
 use crate::error::Result;
 use crate::transport::Sink;
 
@@ -14,7 +14,7 @@ use crate::transport::Sink;
 /// `output` is only touched on the root; `input` must be the rank's own block
 /// (for in-place use the caller passes a copy).
 pub fn gather(
-    p: &mut Peers<'_>,
+    p: &mut TaggedTransport<'_>,
     input: &[u8],
     output: &mut [u8],
     blocks: &[Range<usize>],
@@ -33,7 +33,7 @@ pub fn gather(
 
 /// Scatters block j of the root's `input` to rank j's `output`.
 pub fn scatter(
-    p: &mut Peers<'_>,
+    p: &mut TaggedTransport<'_>,
     input: &[u8],
     output: &mut [u8],
     blocks: &[Range<usize>],

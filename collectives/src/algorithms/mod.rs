@@ -1,6 +1,6 @@
 //! Collective algorithms over a [`Transport`], one file each.
 //!
-//! Every function here works on host bytes and a [`Peers`] handle that stamps
+//! Every function here works on host bytes and a [`TaggedTransport`] handle that stamps
 //! each message with the collective's [`Tag`]. Choosing among them is
 //! [`select`]'s job (by message size, with an override).
 
@@ -107,15 +107,17 @@ pub fn select(requested: Algo, bytes: usize, world: usize) -> Algo {
     }
 }
 
-/// A transport plus the tag of the collective in progress.
-pub struct Peers<'a> {
+/// A transport plus the tag of the collective in progress: every message an
+/// algorithm sends or receives through it is stamped with that tag, so two
+/// collectives in flight on one transport never take each other's bytes.
+pub struct TaggedTransport<'a> {
     /// The transport.
     pub t: &'a mut dyn Transport,
     /// Stamped on every message of this call.
     pub tag: Tag,
 }
 
-impl Peers<'_> {
+impl TaggedTransport<'_> {
     /// This rank.
     pub fn rank(&self) -> usize {
         self.t.rank()

@@ -4,14 +4,14 @@
 
 use std::ops::Range;
 
-use super::{Peers, sub_mod};
+use super::{TaggedTransport, sub_mod};
 use crate::error::Result;
 use crate::transport::Sink;
 
 /// Moves block j of `input` to rank j's `output` block r. `input` and `output`
 /// are n blocks each, described by `blocks` (byte ranges, same for both).
 pub fn all_to_all(
-    p: &mut Peers<'_>,
+    p: &mut TaggedTransport<'_>,
     input: &[u8],
     output: &mut [u8],
     blocks: &[Range<usize>],

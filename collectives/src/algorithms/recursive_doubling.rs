@@ -5,7 +5,7 @@
 //! first 2·rem ranks pair up; even ones hand their data to the odd neighbour and
 //! sit out, then get the result back at the end.
 
-use super::Peers;
+use super::TaggedTransport;
 use crate::element::{DType, ReduceOp, reduce_into};
 use crate::error::Result;
 use crate::transport::Sink;
@@ -50,7 +50,7 @@ impl Fold {
     /// neighbour, which reduces it in (using `tmp` as landing space).
     pub fn fold_in(
         &self,
-        p: &mut Peers<'_>,
+        p: &mut TaggedTransport<'_>,
         buf: &mut [u8],
         tmp: &mut [u8],
         dtype: DType,
@@ -69,7 +69,7 @@ impl Fold {
     }
 
     /// After the core algorithm: odd ranks below 2·rem return the result.
-    pub fn fold_out(&self, p: &mut Peers<'_>, buf: &mut [u8]) -> Result<()> {
+    pub fn fold_out(&self, p: &mut TaggedTransport<'_>, buf: &mut [u8]) -> Result<()> {
         let r = p.rank();
         if r < 2 * self.rem {
             if r % 2 == 0 {
@@ -85,7 +85,7 @@ impl Fold {
 /// In-place recursive-doubling all_reduce of `buf`; `tmp` must be as long as
 /// `buf` (`Avg` is left as a sum; the caller divides).
 pub fn all_reduce(
-    p: &mut Peers<'_>,
+    p: &mut TaggedTransport<'_>,
     buf: &mut [u8],
     tmp: &mut [u8],
     dtype: DType,

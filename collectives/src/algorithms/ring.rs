@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use super::{Peers, partition, split_pair, sub_mod};
+use super::{TaggedTransport, partition, split_pair, sub_mod};
 use crate::element::{DType, ReduceOp};
 use crate::error::Result;
 use crate::transport::Sink;
@@ -17,7 +17,7 @@ use crate::transport::Sink;
 /// In-place ring reduce-scatter: afterwards `buf[blocks[rank]]` holds the
 /// reduction of every rank's block `rank`; other blocks hold partial sums.
 pub fn reduce_scatter_blocks(
-    p: &mut Peers<'_>,
+    p: &mut TaggedTransport<'_>,
     buf: &mut [u8],
     blocks: &[Range<usize>],
     dtype: DType,
@@ -44,7 +44,11 @@ pub fn reduce_scatter_blocks(
 }
 
 /// In-place ring all-gather: rank r's `buf[blocks[r]]` goes to every rank.
-pub fn all_gather_blocks(p: &mut Peers<'_>, buf: &mut [u8], blocks: &[Range<usize>]) -> Result<()> {
+pub fn all_gather_blocks(
+    p: &mut TaggedTransport<'_>,
+    buf: &mut [u8],
+    blocks: &[Range<usize>],
+) -> Result<()> {
     let (r, n) = (p.rank(), p.world());
     let (right, left) = ((r + 1) % n, sub_mod(r, 1, n));
     for s in 0..n - 1 {
@@ -57,7 +61,12 @@ pub fn all_gather_blocks(p: &mut Peers<'_>, buf: &mut [u8], blocks: &[Range<usiz
 }
 
 /// In-place ring all_reduce of `buf` (`Avg` is left as a sum; the caller divides).
-pub fn all_reduce(p: &mut Peers<'_>, buf: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()> {
+pub fn all_reduce(
+    p: &mut TaggedTransport<'_>,
+    buf: &mut [u8],
+    dtype: DType,
+    op: ReduceOp,
+) -> Result<()> {
     let blocks = partition(buf.len() / dtype.size(), p.world(), dtype.size());
     reduce_scatter_blocks(p, buf, &blocks, dtype, op)?;
     all_gather_blocks(p, buf, &blocks)

@@ -5,7 +5,7 @@
 //! v + 2^k for every 2^k below that bit; a reduce runs the same tree upward.
 //! ⌈log2 n⌉ rounds, each moving the whole buffer: latency-friendly.
 
-use super::{Peers, sub_mod};
+use super::{TaggedTransport, sub_mod};
 use crate::element::{DType, ReduceOp};
 use crate::error::Result;
 use crate::transport::Sink;
@@ -20,7 +20,7 @@ fn span_of(v: usize, n: usize) -> usize {
 }
 
 /// Broadcasts `buf` from `root` (in place: the root's `buf` is the source).
-pub fn broadcast(p: &mut Peers<'_>, buf: &mut [u8], root: usize) -> Result<()> {
+pub fn broadcast(p: &mut TaggedTransport<'_>, buf: &mut [u8], root: usize) -> Result<()> {
     let (r, n) = (p.rank(), p.world());
     let v = sub_mod(r, root, n);
     let span = span_of(v, n);
@@ -41,7 +41,7 @@ pub fn broadcast(p: &mut Peers<'_>, buf: &mut [u8], root: usize) -> Result<()> {
 /// clobbered with partial results, so callers pass scratch there (`Avg` is
 /// left as a sum; the caller divides).
 pub fn reduce(
-    p: &mut Peers<'_>,
+    p: &mut TaggedTransport<'_>,
     acc: &mut [u8],
     dtype: DType,
     op: ReduceOp,

@@ -17,8 +17,8 @@ use std::sync::{Mutex, MutexGuard};
 use super::checks::{self, blocked_count, gather_count, input_bytes, per_rank};
 use super::scratch::area;
 use crate::algorithms::{
-    self, Algo, Peers, dissemination, halving_doubling, linear, pairwise, recursive_doubling, ring,
-    tree,
+    self, Algo, TaggedTransport, dissemination, halving_doubling, linear, pairwise,
+    recursive_doubling, ring, tree,
 };
 use crate::buffer::{Buffer, BufferMut};
 use crate::element::{DType, ReduceOp, finish_avg};
@@ -125,14 +125,14 @@ impl ReferenceComm {
 }
 
 impl Inner {
-    fn peers(&mut self, tag: Tag) -> Peers<'_> {
-        Peers {
+    fn tagged(&mut self, tag: Tag) -> TaggedTransport<'_> {
+        TaggedTransport {
             t: self.t.as_mut(),
             tag,
         }
     }
     fn agree(&mut self, tag: Tag) -> Result<()> {
-        dissemination::barrier(&mut self.peers(tag))
+        dissemination::barrier(&mut self.tagged(tag))
     }
 }
 
@@ -195,7 +195,7 @@ impl Communicator for ReferenceComm {
                 let work = area(scratch, bytes);
                 work.copy_from_slice(src.unwrap_or(out));
                 let tmp = area(scratch2, bytes);
-                let mut p = Peers { t: t.as_mut(), tag };
+                let mut p = TaggedTransport { t: t.as_mut(), tag };
                 recursive_doubling::all_reduce(&mut p, work, tmp, dtype, op)?;
                 if op == ReduceOp::Avg {
                     finish_avg(dtype, work, n);
@@ -208,7 +208,7 @@ impl Communicator for ReferenceComm {
                 out.copy_from_slice(s);
             }
             let Inner { t, scratch, .. } = g;
-            let mut p = Peers { t: t.as_mut(), tag };
+            let mut p = TaggedTransport { t: t.as_mut(), tag };
             match algo {
                 Algo::Ring => ring::all_reduce(&mut p, out, dtype, op)?,
                 Algo::HalvingDoubling => {
@@ -244,7 +244,7 @@ impl Communicator for ReferenceComm {
             if let Some(s) = src {
                 out.copy_from_slice(s);
             }
-            tree::broadcast(&mut g.peers(tag), out, root)
+            tree::broadcast(&mut g.tagged(tag), out, root)
         })
     }
 
@@ -274,7 +274,7 @@ impl Communicator for ReferenceComm {
             let tag = tag(Collective::Reduce, seq, dtype, Some(op), root, count);
             g.agree(tag)?;
             let Inner { t, scratch, .. } = g;
-            let mut p = Peers { t: t.as_mut(), tag };
+            let mut p = TaggedTransport { t: t.as_mut(), tag };
             let bytes = count * dtype.size();
             if me == root {
                 if let Some(s) = src {
@@ -308,7 +308,7 @@ impl Communicator for ReferenceComm {
             if let Some(s) = src {
                 out[bl[me].clone()].copy_from_slice(s);
             }
-            ring::all_gather_blocks(&mut g.peers(tag), out, &bl)
+            ring::all_gather_blocks(&mut g.tagged(tag), out, &bl)
         })
     }
 
@@ -328,7 +328,7 @@ impl Communicator for ReferenceComm {
             g.agree(tag)?;
             let bl = blocks(count, n, dtype.size());
             let Inner { t, scratch, .. } = g;
-            let mut p = Peers { t: t.as_mut(), tag };
+            let mut p = TaggedTransport { t: t.as_mut(), tag };
             let mine = match src {
                 Some(s) => {
                     let work = area(scratch, s.len());
@@ -360,7 +360,7 @@ impl Communicator for ReferenceComm {
             g.agree(tag)?;
             let bl = blocks(count, n, dtype.size());
             let Inner { t, scratch, .. } = g;
-            let mut p = Peers { t: t.as_mut(), tag };
+            let mut p = TaggedTransport { t: t.as_mut(), tag };
             match src {
                 Some(s) => pairwise::all_to_all(&mut p, s, out, &bl),
                 None => {
@@ -386,7 +386,7 @@ impl Communicator for ReferenceComm {
             g.agree(tag)?;
             let bl = blocks(count, n, dtype.size());
             let Inner { t, scratch, .. } = g;
-            let mut p = Peers { t: t.as_mut(), tag };
+            let mut p = TaggedTransport { t: t.as_mut(), tag };
             match src {
                 Some(s) => linear::gather(&mut p, s, out, &bl, root),
                 None => {
@@ -414,7 +414,7 @@ impl Communicator for ReferenceComm {
             g.agree(tag)?;
             let bl = blocks(count, n, dtype.size());
             let Inner { t, scratch, .. } = g;
-            let mut p = Peers { t: t.as_mut(), tag };
+            let mut p = TaggedTransport { t: t.as_mut(), tag };
             match (&input, src) {
                 (Input::InPlace, _) => {
                     let copy = area(scratch, if me == root { out.len() } else { 0 });
@@ -440,7 +440,7 @@ impl Communicator for ReferenceComm {
             buf.len(),
             |g, tag| {
                 let bytes = buf.host_bytes(B)?;
-                g.peers(tag).send(peer, bytes)
+                g.tagged(tag).send(peer, bytes)
             },
             true,
         )
@@ -454,7 +454,8 @@ impl Communicator for ReferenceComm {
             len,
             |g, tag| {
                 let bytes = buf.host_bytes_mut(B)?;
-                g.peers(tag).recv(peer, crate::transport::Sink::Copy(bytes))
+                g.tagged(tag)
+                    .recv(peer, crate::transport::Sink::Copy(bytes))
             },
             false,
         )
