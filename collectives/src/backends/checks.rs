@@ -6,8 +6,28 @@ use crate::Input;
 use crate::element::DType;
 use crate::error::{Error, Result};
 
-/// The host bytes of an out-of-place input after checking its dtype and
-/// length against the output's; `None` for the in-place form.
+/// Checks an out-of-place input's dtype and length against the output's; the
+/// in-place form has nothing to check.
+pub(crate) fn check_input(input: &Input<'_>, dtype: DType, len: usize, what: &str) -> Result<()> {
+    if let Input::Buffer(b) = input {
+        if b.dtype() != dtype {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: input is {} but output is {dtype}",
+                b.dtype()
+            )));
+        }
+        if b.len() != len {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: input has {} elements, expected {len}",
+                b.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The host bytes of an out-of-place input after [`check_input`]; `None` for
+/// the in-place form.
 pub(crate) fn input_bytes<'a>(
     backend: Backend,
     input: &'a Input<'_>,
@@ -15,23 +35,10 @@ pub(crate) fn input_bytes<'a>(
     len: usize,
     what: &str,
 ) -> Result<Option<&'a [u8]>> {
+    check_input(input, dtype, len, what)?;
     match input {
         Input::InPlace => Ok(None),
-        Input::Buffer(b) => {
-            if b.dtype() != dtype {
-                return Err(Error::InvalidArgument(format!(
-                    "{what}: input is {} but output is {dtype}",
-                    b.dtype()
-                )));
-            }
-            if b.len() != len {
-                return Err(Error::InvalidArgument(format!(
-                    "{what}: input has {} elements, expected {len}",
-                    b.len()
-                )));
-            }
-            b.host_bytes(backend).map(Some)
-        }
+        Input::Buffer(b) => b.host_bytes(backend).map(Some),
     }
 }
 

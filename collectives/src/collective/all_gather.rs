@@ -3,9 +3,8 @@
 
 use super::Descriptor;
 use super::expected::{Case, Checked};
-use crate::aligned::Aligned;
 use crate::error::Result;
-use crate::{Buffer, Collective, Communicator, Input};
+use crate::{Collective, Communicator};
 
 /// all_gather's descriptor.
 pub const DESCRIPTOR: Descriptor = Descriptor {
@@ -20,16 +19,6 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
 };
 
 fn check(comm: &dyn Communicator, c: &Case) -> Result<Checked> {
-    let (me, n) = (comm.rank(), comm.world_size());
-    let want: Vec<u8> = (0..n).flat_map(|r| c.input(r, c.count)).collect();
-    let input = Aligned::from(&c.input(me, c.count));
-    let mut out = Aligned::zeros(n * c.count * c.dtype.size());
-    let inp = if c.in_place {
-        out.bytes_mut()[c.block(me)].copy_from_slice(input.bytes());
-        Input::InPlace
-    } else {
-        Input::Buffer(Buffer::from_bytes(c.dtype, input.bytes())?)
-    };
-    c.call(comm, inp, &mut out)?;
+    let (out, want) = c.gathered(comm)?;
     Ok(c.compare("output", out.bytes(), &want))
 }

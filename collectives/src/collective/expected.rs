@@ -183,6 +183,52 @@ impl Case {
         }
     }
 
+    /// Runs a gathering collective (all_gather, gather): every rank's input
+    /// becomes block `rank` of the output. Returns the output and what a rank
+    /// that receives everything must hold.
+    pub(crate) fn gathered(&self, comm: &dyn Communicator) -> Result<(Aligned, Vec<u8>)> {
+        let (me, n) = (comm.rank(), comm.world_size());
+        let want: Vec<u8> = (0..n).flat_map(|r| self.input(r, self.count)).collect();
+        let input = Aligned::from(&self.input(me, self.count));
+        let mut out = Aligned::zeros(n * self.count * self.dtype.size());
+        let inp = if self.in_place {
+            out.bytes_mut()[self.block(me)].copy_from_slice(input.bytes());
+            Input::InPlace
+        } else {
+            Input::Buffer(Buffer::from_bytes(self.dtype, input.bytes())?)
+        };
+        self.call(comm, inp, &mut out)?;
+        Ok((out, want))
+    }
+
+    /// Runs a collective whose output is this rank's block (reduce_scatter,
+    /// scatter) with `input` and compares that block with `want`. In place the
+    /// call works on one buffer of every rank's block, which starts as `input`
+    /// zero-padded (a scatter's non-root has no input).
+    pub(crate) fn check_own_block(
+        &self,
+        comm: &dyn Communicator,
+        input: &[u8],
+        want: &[u8],
+    ) -> Result<Checked> {
+        let (me, n, es) = (comm.rank(), comm.world_size(), self.dtype.size());
+        Ok(if self.in_place {
+            let mut out = Aligned::zeros(n * self.count * es);
+            out.bytes_mut()[..input.len()].copy_from_slice(input);
+            self.call(comm, Input::InPlace, &mut out)?;
+            self.compare("own block", &out.bytes()[self.block(me)], want)
+        } else {
+            let input = Aligned::from(input);
+            let mut out = Aligned::zeros(self.count * es);
+            self.call(
+                comm,
+                Input::Buffer(Buffer::from_bytes(self.dtype, input.bytes())?),
+                &mut out,
+            )?;
+            self.compare("output", out.bytes(), want)
+        })
+    }
+
     /// The collective's input argument: `InPlace`, or a view of `input`.
     pub(crate) fn input_arg<'a>(&self, input: &'a Aligned) -> Result<Input<'a>> {
         Ok(if self.in_place {

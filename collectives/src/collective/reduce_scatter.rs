@@ -3,9 +3,8 @@
 
 use super::Descriptor;
 use super::expected::{Case, Checked};
-use crate::aligned::Aligned;
 use crate::error::Result;
-use crate::{Buffer, Collective, Communicator, Input};
+use crate::{Collective, Communicator};
 
 /// reduce_scatter's descriptor.
 pub const DESCRIPTOR: Descriptor = Descriptor {
@@ -21,20 +20,6 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
 
 fn check(comm: &dyn Communicator, c: &Case) -> Result<Checked> {
     let (me, n) = (comm.rank(), comm.world_size());
-    let (dt, es) = (c.dtype, c.dtype.size());
     let want = c.reduced(n, n * c.count);
-    let input = Aligned::from(&c.input(me, n * c.count));
-    Ok(if c.in_place {
-        let mut out = Aligned::from(input.bytes());
-        c.call(comm, Input::InPlace, &mut out)?;
-        c.compare("own block", &out.bytes()[c.block(me)], &want[c.block(me)])
-    } else {
-        let mut out = Aligned::zeros(c.count * es);
-        c.call(
-            comm,
-            Input::Buffer(Buffer::from_bytes(dt, input.bytes())?),
-            &mut out,
-        )?;
-        c.compare("output", out.bytes(), &want[c.block(me)])
-    })
+    c.check_own_block(comm, &c.input(me, n * c.count), &want[c.block(me)])
 }

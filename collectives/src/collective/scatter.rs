@@ -3,9 +3,8 @@
 
 use super::Descriptor;
 use super::expected::{Case, Checked};
-use crate::aligned::Aligned;
 use crate::error::Result;
-use crate::{Buffer, Collective, Communicator, Input};
+use crate::{Collective, Communicator};
 
 /// scatter's descriptor.
 pub const DESCRIPTOR: Descriptor = Descriptor {
@@ -21,25 +20,7 @@ pub const DESCRIPTOR: Descriptor = Descriptor {
 
 fn check(comm: &dyn Communicator, c: &Case) -> Result<Checked> {
     let (me, n) = (comm.rank(), comm.world_size());
-    let (dt, es) = (c.dtype, c.dtype.size());
     let root_data = c.input(c.root, n * c.count);
-    let want = root_data[c.block(me)].to_vec();
-    Ok(if c.in_place {
-        let mut out = if me == c.root {
-            Aligned::from(&root_data)
-        } else {
-            Aligned::zeros(n * c.count * es)
-        };
-        c.call(comm, Input::InPlace, &mut out)?;
-        c.compare("own block", &out.bytes()[c.block(me)], &want)
-    } else {
-        let input = Aligned::from(if me == c.root { &root_data } else { &[] });
-        let mut out = Aligned::zeros(c.count * es);
-        c.call(
-            comm,
-            Input::Buffer(Buffer::from_bytes(dt, input.bytes())?),
-            &mut out,
-        )?;
-        c.compare("output", out.bytes(), &want)
-    })
+    let input: &[u8] = if me == c.root { &root_data } else { &[] };
+    c.check_own_block(comm, input, &root_data[c.block(me)])
 }

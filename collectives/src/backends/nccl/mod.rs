@@ -68,7 +68,7 @@ use cudarc::nccl::sys::{
 };
 
 use super::Options;
-use super::checks::{self, blocked_count, gather_count, per_rank};
+use super::checks::{self, blocked_count, check_input, gather_count, per_rank};
 use crate::buffer::{Buffer, BufferMut, Location};
 use crate::deadline::Deadline;
 use crate::element::{DType, ReduceOp, finish_avg};
@@ -386,24 +386,6 @@ impl NcclComm {
     }
 }
 
-fn input_len(input: &Input<'_>, dtype: DType, len: usize, what: &str) -> Result<()> {
-    if let Input::Buffer(b) = input {
-        if b.dtype() != dtype {
-            return Err(Error::InvalidArgument(format!(
-                "{what}: input is {} but output is {dtype}",
-                b.dtype()
-            )));
-        }
-        if b.len() != len {
-            return Err(Error::InvalidArgument(format!(
-                "{what}: input has {} elements, expected {len}",
-                b.len()
-            )));
-        }
-    }
-    Ok(())
-}
-
 impl Communicator for NcclComm {
     fn backend(&self) -> Backend {
         B
@@ -417,7 +399,7 @@ impl Communicator for NcclComm {
 
     fn all_reduce(&self, input: Input<'_>, output: &mut BufferMut<'_>, op: ReduceOp) -> Result<()> {
         let (dtype, count) = (output.dtype(), output.len());
-        input_len(&input, dtype, count, "all_reduce")?;
+        check_input(&input, dtype, count, "all_reduce")?;
         if count == 0 {
             return Ok(());
         }
@@ -444,7 +426,7 @@ impl Communicator for NcclComm {
         self.check_root(root)?;
         let (dtype, count) = (output.dtype(), output.len());
         if self.rank == root {
-            input_len(&input, dtype, count, "broadcast")?;
+            check_input(&input, dtype, count, "broadcast")?;
         }
         if count == 0 {
             return Ok(());
@@ -492,7 +474,7 @@ impl Communicator for NcclComm {
                 output.len()
             )));
         }
-        input_len(&input, dtype, count, "reduce")?;
+        check_input(&input, dtype, count, "reduce")?;
         if count == 0 {
             return Ok(());
         }
@@ -522,7 +504,7 @@ impl Communicator for NcclComm {
         let (n, me) = (self.world, self.rank);
         let dtype = output.dtype();
         let count = per_rank(output.len(), n, "all_gather output")?;
-        input_len(&input, dtype, count, "all_gather")?;
+        check_input(&input, dtype, count, "all_gather")?;
         if count == 0 {
             return Ok(());
         }
@@ -555,7 +537,7 @@ impl Communicator for NcclComm {
         let (n, me) = (self.world, self.rank);
         let dtype = output.dtype();
         let count = blocked_count(&input, output.len(), n, "reduce_scatter")?;
-        input_len(&input, dtype, n * count, "reduce_scatter")?;
+        check_input(&input, dtype, n * count, "reduce_scatter")?;
         if count == 0 {
             return Ok(());
         }
@@ -592,7 +574,7 @@ impl Communicator for NcclComm {
         let (n, me) = (self.world, self.rank);
         let dtype = output.dtype();
         let count = per_rank(output.len(), n, "all_to_all output")?;
-        input_len(&input, dtype, n * count, "all_to_all")?;
+        check_input(&input, dtype, n * count, "all_to_all")?;
         if count == 0 {
             return Ok(());
         }
@@ -636,7 +618,7 @@ impl Communicator for NcclComm {
         let (n, me) = (self.world, self.rank);
         let dtype = output.dtype();
         let count = gather_count(&input, output.len(), n, me == root)?;
-        input_len(&input, dtype, count, "gather")?;
+        check_input(&input, dtype, count, "gather")?;
         if count == 0 {
             return Ok(());
         }
@@ -676,7 +658,7 @@ impl Communicator for NcclComm {
         let in_place = matches!(input, Input::InPlace);
         let count = blocked_count(&input, output.len(), n, "scatter")?;
         if me == root {
-            input_len(&input, dtype, n * count, "scatter")?;
+            check_input(&input, dtype, n * count, "scatter")?;
         }
         if count == 0 {
             return Ok(());
