@@ -4,8 +4,6 @@
 //! every element type, and a backend that cannot reach a location says so with
 //! [`Error::Unsupported`] instead of a panic.
 
-use std::marker::PhantomData;
-
 use crate::Backend;
 use crate::element::{DType, Element};
 use crate::error::{Error, Result};
@@ -22,41 +20,29 @@ pub enum Location {
     },
 }
 
+/// Where a view's elements are: host memory held as `H` (a shared or a
+/// mutable slice), or a device pointer borrowed for as long as `H` would be.
 #[derive(Debug)]
-enum Mem<'a> {
-    Host(&'a [u8]),
-    Device {
-        ptr: u64,
-        device: i32,
-        _borrow: PhantomData<&'a [u8]>,
-    },
+enum Mem<H> {
+    Host(H),
+    Device { ptr: u64, device: i32 },
 }
 
+/// `len` elements of `dtype`, in memory held as `H`. Used through its two
+/// forms, [`Buffer`] (read-only) and [`BufferMut`] (writable), which share the
+/// accessors below.
 #[derive(Debug)]
-enum MemMut<'a> {
-    Host(&'a mut [u8]),
-    Device {
-        ptr: u64,
-        device: i32,
-        _borrow: PhantomData<&'a mut [u8]>,
-    },
+pub struct View<H> {
+    dtype: DType,
+    len: usize,
+    mem: Mem<H>,
 }
 
 /// A read-only view of `len` elements of `dtype`.
-#[derive(Debug)]
-pub struct Buffer<'a> {
-    dtype: DType,
-    len: usize,
-    mem: Mem<'a>,
-}
+pub type Buffer<'a> = View<&'a [u8]>;
 
 /// A writable view of `len` elements of `dtype`.
-#[derive(Debug)]
-pub struct BufferMut<'a> {
-    dtype: DType,
-    len: usize,
-    mem: MemMut<'a>,
-}
+pub type BufferMut<'a> = View<&'a mut [u8]>;
 
 fn check_bytes(dtype: DType, bytes: usize) -> Result<usize> {
     if bytes % dtype.size() != 0 {
@@ -67,42 +53,7 @@ fn check_bytes(dtype: DType, bytes: usize) -> Result<usize> {
     Ok(bytes / dtype.size())
 }
 
-impl<'a> Buffer<'a> {
-    /// Views a typed host slice.
-    pub fn from_slice<T: Element>(s: &'a [T]) -> Self {
-        Buffer {
-            dtype: T::DTYPE,
-            len: s.len(),
-            mem: Mem::Host(bytemuck::cast_slice(s)),
-        }
-    }
-
-    /// Views raw host bytes as elements of `dtype`.
-    pub fn from_bytes(dtype: DType, bytes: &'a [u8]) -> Result<Self> {
-        Ok(Buffer {
-            dtype,
-            len: check_bytes(dtype, bytes.len())?,
-            mem: Mem::Host(bytes),
-        })
-    }
-
-    /// Views device memory.
-    ///
-    /// # Safety
-    /// `ptr` must point to at least `len * dtype.size()` readable bytes on CUDA
-    /// device `device`, valid for `'a`.
-    pub unsafe fn from_device_ptr(ptr: u64, len: usize, dtype: DType, device: i32) -> Self {
-        Buffer {
-            dtype,
-            len,
-            mem: Mem::Device {
-                ptr,
-                device,
-                _borrow: PhantomData,
-            },
-        }
-    }
-
+impl<H> View<H> {
     /// Element type.
     pub fn dtype(&self) -> DType {
         self.dtype
@@ -133,14 +84,53 @@ impl<'a> Buffer<'a> {
             Mem::Host(_) => None,
         }
     }
+}
+
+/// What a backend that only reaches host memory says about a device buffer.
+fn not_host(backend: Backend, device: i32) -> Error {
+    Error::Unsupported {
+        backend,
+        what: format!("buffers in CUDA device {device} memory"),
+    }
+}
+
+impl<'a> Buffer<'a> {
+    /// Views a typed host slice.
+    pub fn from_slice<T: Element>(s: &'a [T]) -> Self {
+        View {
+            dtype: T::DTYPE,
+            len: s.len(),
+            mem: Mem::Host(bytemuck::cast_slice(s)),
+        }
+    }
+
+    /// Views raw host bytes as elements of `dtype`.
+    pub fn from_bytes(dtype: DType, bytes: &'a [u8]) -> Result<Self> {
+        Ok(View {
+            dtype,
+            len: check_bytes(dtype, bytes.len())?,
+            mem: Mem::Host(bytes),
+        })
+    }
+
+    /// Views device memory.
+    ///
+    /// # Safety
+    /// `ptr` must point to at least `len * dtype.size()` readable bytes on CUDA
+    /// device `device`, valid for `'a`.
+    pub unsafe fn from_device_ptr(ptr: u64, len: usize, dtype: DType, device: i32) -> Self {
+        View {
+            dtype,
+            len,
+            mem: Mem::Device { ptr, device },
+        }
+    }
+
     /// The host bytes, or `Unsupported` for `backend` if the memory is on a device.
     pub fn host_bytes(&self, backend: Backend) -> Result<&[u8]> {
         match &self.mem {
             Mem::Host(b) => Ok(b),
-            Mem::Device { device, .. } => Err(Error::Unsupported {
-                backend,
-                what: format!("buffers in CUDA device {device} memory"),
-            }),
+            Mem::Device { device, .. } => Err(not_host(backend, *device)),
         }
     }
 }
@@ -148,19 +138,19 @@ impl<'a> Buffer<'a> {
 impl<'a> BufferMut<'a> {
     /// Views a typed mutable host slice.
     pub fn from_slice<T: Element>(s: &'a mut [T]) -> Self {
-        BufferMut {
+        View {
             dtype: T::DTYPE,
             len: s.len(),
-            mem: MemMut::Host(bytemuck::cast_slice_mut(s)),
+            mem: Mem::Host(bytemuck::cast_slice_mut(s)),
         }
     }
 
     /// Views raw mutable host bytes as elements of `dtype`.
     pub fn from_bytes(dtype: DType, bytes: &'a mut [u8]) -> Result<Self> {
-        Ok(BufferMut {
+        Ok(View {
             dtype,
             len: check_bytes(dtype, bytes.len())?,
-            mem: MemMut::Host(bytes),
+            mem: Mem::Host(bytes),
         })
     }
 
@@ -170,69 +160,28 @@ impl<'a> BufferMut<'a> {
     /// `ptr` must point to at least `len * dtype.size()` writable bytes on CUDA
     /// device `device`, valid and not aliased elsewhere for `'a`.
     pub unsafe fn from_device_ptr(ptr: u64, len: usize, dtype: DType, device: i32) -> Self {
-        BufferMut {
+        View {
             dtype,
             len,
-            mem: MemMut::Device {
-                ptr,
-                device,
-                _borrow: PhantomData,
-            },
+            mem: Mem::Device { ptr, device },
         }
     }
 
-    /// Element type.
-    pub fn dtype(&self) -> DType {
-        self.dtype
-    }
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    /// Whether the view has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-    /// Size in bytes.
-    pub fn byte_len(&self) -> usize {
-        self.len * self.dtype.size()
-    }
-    /// Where the memory lives.
-    pub fn location(&self) -> Location {
-        match self.mem {
-            MemMut::Host(_) => Location::Host,
-            MemMut::Device { device, .. } => Location::Cuda { device },
-        }
-    }
-    /// The device pointer, if this is device memory.
-    pub fn device_ptr(&self) -> Option<u64> {
-        match self.mem {
-            MemMut::Device { ptr, .. } => Some(ptr),
-            MemMut::Host(_) => None,
-        }
-    }
     /// The host bytes, or `Unsupported` for `backend` if the memory is on a device.
     pub fn host_bytes_mut(&mut self, backend: Backend) -> Result<&mut [u8]> {
         match &mut self.mem {
-            MemMut::Host(b) => Ok(b),
-            MemMut::Device { device, .. } => Err(Error::Unsupported {
-                backend,
-                what: format!("buffers in CUDA device {device} memory"),
-            }),
+            Mem::Host(b) => Ok(b),
+            Mem::Device { device, .. } => Err(not_host(backend, *device)),
         }
     }
     /// A read-only reborrow.
     pub fn as_buffer(&self) -> Buffer<'_> {
-        Buffer {
+        View {
             dtype: self.dtype,
             len: self.len,
             mem: match &self.mem {
-                MemMut::Host(b) => Mem::Host(b),
-                MemMut::Device { ptr, device, .. } => Mem::Device {
-                    ptr: *ptr,
-                    device: *device,
-                    _borrow: PhantomData,
-                },
+                Mem::Host(b) => Mem::Host(b),
+                &Mem::Device { ptr, device } => Mem::Device { ptr, device },
             },
         }
     }
