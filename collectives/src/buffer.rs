@@ -44,16 +44,34 @@ pub type Buffer<'a> = View<&'a [u8]>;
 /// A writable view of `len` elements of `dtype`.
 pub type BufferMut<'a> = View<&'a mut [u8]>;
 
-fn check_bytes(dtype: DType, bytes: usize) -> Result<usize> {
-    if bytes % dtype.size() != 0 {
-        return Err(Error::InvalidArgument(format!(
-            "{bytes} bytes is not a whole number of {dtype} elements"
-        )));
-    }
-    Ok(bytes / dtype.size())
-}
-
 impl<H> View<H> {
+    fn on_host(dtype: DType, len: usize, bytes: H) -> Self {
+        View {
+            dtype,
+            len,
+            mem: Mem::Host(bytes),
+        }
+    }
+    /// Host bytes as elements of `dtype`, refusing a partial element.
+    fn of_bytes(dtype: DType, bytes: H) -> Result<Self>
+    where
+        H: AsRef<[u8]>,
+    {
+        let n = bytes.as_ref().len();
+        if n % dtype.size() != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "{n} bytes is not a whole number of {dtype} elements"
+            )));
+        }
+        Ok(View::on_host(dtype, n / dtype.size(), bytes))
+    }
+    fn on_device(ptr: u64, len: usize, dtype: DType, device: i32) -> Self {
+        View {
+            dtype,
+            len,
+            mem: Mem::Device { ptr, device },
+        }
+    }
     /// Element type.
     pub fn dtype(&self) -> DType {
         self.dtype
@@ -97,20 +115,12 @@ fn not_host(backend: Backend, device: i32) -> Error {
 impl<'a> Buffer<'a> {
     /// Views a typed host slice.
     pub fn from_slice<T: Element>(s: &'a [T]) -> Self {
-        View {
-            dtype: T::DTYPE,
-            len: s.len(),
-            mem: Mem::Host(bytemuck::cast_slice(s)),
-        }
+        View::on_host(T::DTYPE, s.len(), bytemuck::cast_slice(s))
     }
 
     /// Views raw host bytes as elements of `dtype`.
     pub fn from_bytes(dtype: DType, bytes: &'a [u8]) -> Result<Self> {
-        Ok(View {
-            dtype,
-            len: check_bytes(dtype, bytes.len())?,
-            mem: Mem::Host(bytes),
-        })
+        View::of_bytes(dtype, bytes)
     }
 
     /// Views device memory.
@@ -119,11 +129,7 @@ impl<'a> Buffer<'a> {
     /// `ptr` must point to at least `len * dtype.size()` readable bytes on CUDA
     /// device `device`, valid for `'a`.
     pub unsafe fn from_device_ptr(ptr: u64, len: usize, dtype: DType, device: i32) -> Self {
-        View {
-            dtype,
-            len,
-            mem: Mem::Device { ptr, device },
-        }
+        View::on_device(ptr, len, dtype, device)
     }
 
     /// The host bytes, or `Unsupported` for `backend` if the memory is on a device.
@@ -138,20 +144,12 @@ impl<'a> Buffer<'a> {
 impl<'a> BufferMut<'a> {
     /// Views a typed mutable host slice.
     pub fn from_slice<T: Element>(s: &'a mut [T]) -> Self {
-        View {
-            dtype: T::DTYPE,
-            len: s.len(),
-            mem: Mem::Host(bytemuck::cast_slice_mut(s)),
-        }
+        View::on_host(T::DTYPE, s.len(), bytemuck::cast_slice_mut(s))
     }
 
     /// Views raw mutable host bytes as elements of `dtype`.
     pub fn from_bytes(dtype: DType, bytes: &'a mut [u8]) -> Result<Self> {
-        Ok(View {
-            dtype,
-            len: check_bytes(dtype, bytes.len())?,
-            mem: Mem::Host(bytes),
-        })
+        View::of_bytes(dtype, bytes)
     }
 
     /// Views writable device memory.
@@ -160,11 +158,7 @@ impl<'a> BufferMut<'a> {
     /// `ptr` must point to at least `len * dtype.size()` writable bytes on CUDA
     /// device `device`, valid and not aliased elsewhere for `'a`.
     pub unsafe fn from_device_ptr(ptr: u64, len: usize, dtype: DType, device: i32) -> Self {
-        View {
-            dtype,
-            len,
-            mem: Mem::Device { ptr, device },
-        }
+        View::on_device(ptr, len, dtype, device)
     }
 
     /// The host bytes, or `Unsupported` for `backend` if the memory is on a device.
