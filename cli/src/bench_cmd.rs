@@ -17,9 +17,9 @@ use collectives::job::{self, ConnectArgs, SpawnArgs};
 use collectives::rendezvous::env::Rendezvous;
 use collectives::transport::TransportKind;
 use collectives::{Backend, Collective, Communicator, DType, ReduceOp};
-use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::job::parse_size;
+use crate::progress;
 use crate::results::{Record, ResultsWriter};
 use crate::torch_peer::{self, PeerSweep, cuda_present};
 use measure::manifest;
@@ -103,29 +103,21 @@ fn parse_combine(s: &str) -> Result<Combine, String> {
     Combine::parse(s).ok_or_else(|| format!("unknown -a {s:?} (max, avg, min)"))
 }
 
-/// The collectives `bench` times (a barrier moves no data: nccl-tests has no
-/// barrier test either).
-const BENCHED: [Collective; 9] = [
-    Collective::AllReduce,
-    Collective::Broadcast,
-    Collective::Reduce,
-    Collective::AllGather,
-    Collective::ReduceScatter,
-    Collective::AllToAll,
-    Collective::Gather,
-    Collective::Scatter,
-    Collective::SendRecv,
-];
+/// Whether `bench` times `c`: every collective but the barrier, which moves
+/// no data (nccl-tests has no barrier test either).
+fn benched(c: &Collective) -> bool {
+    *c != Collective::Barrier
+}
 
 /// Parses a collective list; `all` is every benchmarked collective.
 pub fn parse_collectives(list: &[String]) -> anyhow::Result<Vec<Collective>> {
     let mut out = Vec::new();
     for name in list {
         if name.trim().eq_ignore_ascii_case("all") {
-            out.extend(BENCHED);
+            out.extend(Collective::ALL.into_iter().filter(benched));
             continue;
         }
-        match Collective::parse(name).filter(|c| BENCHED.contains(c)) {
+        match Collective::parse(name).filter(benched) {
             Some(c) => out.push(c),
             None => bail!(
                 "unknown collective {name:?} (all_reduce, broadcast, reduce, all_gather, \
@@ -341,24 +333,15 @@ fn connect(
     args: &ConnectArgs,
     timeout: Duration,
 ) -> Result<Box<dyn Communicator>, String> {
-    if let Some(why) = label.backend.launcher_problem(rdv.info.launcher) {
-        return Err(format!("{why} (mpirun -np N ringside bench ...)"));
-    }
-    job::connect(
+    crate::job::connect_one(
         rdv,
         label.backend,
         label.transport,
         args.algo,
         timeout,
         &format!("bench-{}/", label.name),
+        " (mpirun -np N ringside bench ...)",
     )
-    .map_err(|e| {
-        format!("{:#}", anyhow::Error::new(e))
-            .lines()
-            .last()
-            .unwrap_or_default()
-            .to_owned()
-    })
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
@@ -442,14 +425,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                 label.name
             ));
             say(&header(args.iteration_stats));
-            let bar = if lead {
-                ProgressBar::new(sizes.len() as u64)
-            } else {
-                ProgressBar::hidden()
-            };
-            bar.set_style(ProgressStyle::with_template(
+            let bar = progress::bar(
+                lead,
+                Some(sizes.len() as u64),
                 "{bar:30} {pos}/{len} sizes {msg}",
-            )?);
+            )?;
             let mut bus = Vec::new();
             for &bytes in &sizes {
                 bar.set_message(measure::size::human(bytes as u64));

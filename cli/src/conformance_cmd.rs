@@ -5,9 +5,9 @@
 
 use clap::Args;
 use collectives::conformance::{self, SuiteConfig};
-use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::job::{JobArgs, Joined};
+use crate::progress;
 
 #[derive(Debug, Args)]
 pub struct ConformanceArgs {
@@ -28,14 +28,7 @@ pub fn run(args: ConformanceArgs) -> anyhow::Result<i32> {
     } else {
         SuiteConfig::full()
     };
-    let bar = if comm.rank() == 0 {
-        ProgressBar::new_spinner()
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(ProgressStyle::with_template(
-        "{spinner} {pos} cases  {msg}",
-    )?);
+    let bar = progress::bar(comm.rank() == 0, None, "{spinner} {pos} cases  {msg}")?;
     let report = conformance::run(comm.as_ref(), &cfg, |done, name| {
         bar.set_position(done as u64);
         bar.set_message(name.to_owned());

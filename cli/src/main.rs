@@ -5,6 +5,7 @@ mod bench_cmd;
 mod conformance_cmd;
 mod job;
 mod launch_cmd;
+mod progress;
 mod report_cmd;
 mod results;
 mod sweep;

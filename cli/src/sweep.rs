@@ -6,9 +6,9 @@ use clap::Args;
 use collectives::Backend;
 use collectives::algorithms::Algo;
 use collectives::bench::{self, Measurement};
-use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::job::{JobArgs, Joined, parse_size};
+use crate::progress;
 
 /// Flags follow nccl-tests where they overlap.
 #[derive(Debug, Args)]
@@ -77,14 +77,11 @@ pub fn run(args: SweepArgs) -> anyhow::Result<i32> {
         (b, _) => format!("ringside-{b}"),
     };
     let sizes = bench::sizes(args.min_bytes.max(4), args.max_bytes, args.factor);
-    let bar = if lead && !args.json {
-        ProgressBar::new(sizes.len() as u64)
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(ProgressStyle::with_template(
+    let bar = progress::bar(
+        lead && !args.json,
+        Some(sizes.len() as u64),
         "{bar:30} {pos}/{len} sizes {msg}",
-    )?);
+    )?;
     if lead && !args.json {
         println!(
             "# {name}: all_reduce f32 sum, in place, {} ranks; time = slowest rank per iteration, min/median/max over {} iterations (GB/s = 1e9 B/s)",

@@ -14,9 +14,9 @@ use collectives::conformance::{self, SuiteConfig};
 use collectives::rendezvous::env::Rendezvous;
 use collectives::transport::TransportKind;
 use collectives::{Backend, Collective, Communicator, DType, ReduceOp};
-use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::job;
+use crate::progress;
 use crate::results::ResultsWriter;
 use crate::torch_peer::{self, PeerSweep};
 use measure::manifest;
@@ -92,24 +92,15 @@ type LabelComm = Result<Box<dyn Communicator>, String>;
 
 /// Connects one label, or says why this job cannot have it.
 fn connect_label(rdv: &Rendezvous, label: &Label, timeout: Duration) -> LabelComm {
-    if let Some(why) = label.backend.launcher_problem(rdv.info.launcher) {
-        return Err(format!("{why}: mpirun -np 2 target/release/ringside tour"));
-    }
-    collectives::job::connect(
+    job::connect_one(
         rdv,
         label.backend,
         label.transport,
         Algo::Auto,
         timeout,
         &format!("tour-{}/", label.column),
+        ": mpirun -np 2 target/release/ringside tour",
     )
-    .map_err(|e| {
-        format!("{:#}", anyhow::Error::new(e))
-            .lines()
-            .last()
-            .unwrap_or_default()
-            .to_owned()
-    })
 }
 
 pub fn run(args: TourArgs) -> anyhow::Result<i32> {
@@ -151,14 +142,7 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
                 continue;
             }
         };
-        let bar = if lead {
-            ProgressBar::new_spinner()
-        } else {
-            ProgressBar::hidden()
-        };
-        bar.set_style(ProgressStyle::with_template(
-            "   {spinner} {prefix}: {pos} cases {msg}",
-        )?);
+        let bar = progress::bar(lead, None, "   {spinner} {prefix}: {pos} cases {msg}")?;
         bar.set_prefix(label.column);
         let started = Instant::now();
         let report = conformance::run(comm.as_ref(), &SuiteConfig::quick(), |done, name| {
