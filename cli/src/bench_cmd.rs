@@ -333,15 +333,16 @@ fn connect(
     args: &ConnectArgs,
     timeout: Duration,
 ) -> Result<Box<dyn Communicator>, String> {
-    crate::job::connect_one(
+    crate::job::launcher_ok(rdv, label.backend, " (mpirun -np N ringside bench ...)")?;
+    job::connect(
         rdv,
         label.backend,
         label.transport,
         args.algo,
         timeout,
         &format!("bench-{}/", label.name),
-        " (mpirun -np N ringside bench ...)",
     )
+    .map_err(crate::job::last_line)
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<i32> {

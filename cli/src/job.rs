@@ -3,12 +3,9 @@
 //! the labs); what is left here is the sizes the measuring subcommands take and
 //! connecting the backends bench and tour visit one after another.
 
-use std::time::Duration;
-
-use collectives::algorithms::Algo;
+use collectives::Backend;
+use collectives::job::JoinError;
 use collectives::rendezvous::env::Rendezvous;
-use collectives::transport::TransportKind;
-use collectives::{Backend, Communicator};
 
 pub use collectives::job::{JobArgs, Joined};
 
@@ -21,29 +18,24 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("{s:?} is not a size (examples: 8, 4K, 1M, 64MiB)"))
 }
 
-/// Connects one of the backends a subcommand visits in turn (bench, tour), or
-/// says in one line why this job cannot have it. `relaunch` follows a
-/// missing-launcher reason and tells how to start a job that can.
-pub fn connect_one(
-    rdv: &Rendezvous,
-    backend: Backend,
-    transport: TransportKind,
-    algo: Algo,
-    timeout: Duration,
-    prefix: &str,
-    relaunch: &str,
-) -> Result<Box<dyn Communicator>, String> {
-    if let Some(why) = backend.launcher_problem(rdv.info.launcher) {
-        return Err(format!("{why}{relaunch}"));
+/// Says why this job cannot run `backend` when it needs a launcher the job
+/// was not started under; `relaunch` follows the reason and tells how to start
+/// a job that can. bench and tour visit several backends and skip such a one.
+pub fn launcher_ok(rdv: &Rendezvous, backend: Backend, relaunch: &str) -> Result<(), String> {
+    match backend.launcher_problem(rdv.info.launcher) {
+        Some(why) => Err(format!("{why}{relaunch}")),
+        None => Ok(()),
     }
-    collectives::job::connect(rdv, backend, transport, algo, timeout, prefix).map_err(|e| {
-        // The chain's last line is the cause a reader can act on.
-        format!("{:#}", anyhow::Error::new(e))
-            .lines()
-            .last()
-            .unwrap_or_default()
-            .to_owned()
-    })
+}
+
+/// A failed connect in one line: the chain's last line is the cause a reader
+/// can act on (bench and tour print it in a table row).
+pub fn last_line(e: JoinError) -> String {
+    format!("{:#}", anyhow::Error::new(e))
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 #[cfg(test)]

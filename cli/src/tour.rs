@@ -92,15 +92,20 @@ type LabelComm = Result<Box<dyn Communicator>, String>;
 
 /// Connects one label, or says why this job cannot have it.
 fn connect_label(rdv: &Rendezvous, label: &Label, timeout: Duration) -> LabelComm {
-    job::connect_one(
+    job::launcher_ok(
+        rdv,
+        label.backend,
+        ": mpirun -np 2 target/release/ringside tour",
+    )?;
+    collectives::job::connect(
         rdv,
         label.backend,
         label.transport,
         Algo::Auto,
         timeout,
         &format!("tour-{}/", label.column),
-        ": mpirun -np 2 target/release/ringside tour",
     )
+    .map_err(job::last_line)
 }
 
 pub fn run(args: TourArgs) -> anyhow::Result<i32> {
