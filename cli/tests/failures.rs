@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{alive, finish};
+use common::{alive, finish, free_port};
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
@@ -12,14 +12,6 @@ use std::time::{Duration, Instant};
 
 const RINGSIDE: &str = env!("CARGO_BIN_EXE_ringside");
 const TOKEN: &str = "00112233445566778899aabbccddeeff";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// One rank of a job, joined from torchrun-style variables (no launcher).
 fn rank(rank: usize, world: usize, port: u16, token: &str, args: &[&str]) -> Child {

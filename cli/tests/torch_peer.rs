@@ -6,12 +6,14 @@
 //! Needs the project's Python (`.ringside/venv`, made by `cargo xtask setup`):
 //! without it the test fails and says so, it never passes silently.
 
+mod common;
+
 use std::io::Read;
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::free_port;
 use serde_json::Value;
 
 const KEYS: [&str; 21] = [
@@ -57,14 +59,6 @@ fn python() -> PathBuf {
         py.display()
     );
     py
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Waits for `child` up to `deadline`; kills it past that.

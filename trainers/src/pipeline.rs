@@ -737,6 +737,18 @@ mod tests {
         }
     }
 
+    /// The MLP split before fc2 and fc3: three stages, all on the CPU.
+    fn mlp_on_three_cpu_stages() -> Pipeline {
+        Pipeline::split(
+            mlp(),
+            &["fc2", "fc3"],
+            &[Device::Cpu; 3],
+            &nn::Sgd::default(),
+            0.1,
+        )
+        .unwrap()
+    }
+
     /// Causality of the GPipe schedule, whatever the timing: each stage runs its
     /// forwards in order then its backwards in reverse order; a forward starts after
     /// the previous stage's forward of that micro-batch ended, a backward after the
@@ -745,14 +757,7 @@ mod tests {
     fn schedule_follows_gpipe_order() {
         tch::set_num_threads(1);
         let (s_count, m_count) = (3, 4);
-        let mut pipe = Pipeline::split(
-            mlp(),
-            &["fc2", "fc3"],
-            &[Device::Cpu; 3],
-            &nn::Sgd::default(),
-            0.1,
-        )
-        .unwrap();
+        let mut pipe = mlp_on_three_cpu_stages();
         let d = crate::data::synthetic(16, 1).unwrap();
         let r = pipe
             .step(&d.images, &d.labels, m_count, cross_entropy)
@@ -861,14 +866,7 @@ mod tests {
         tch::set_num_threads(1);
         let whole_vs = nn::VarStore::new(Device::Cpu);
         let whole = mlp().build(&whole_vs.root());
-        let mut pipe = Pipeline::split(
-            mlp(),
-            &["fc2", "fc3"],
-            &[Device::Cpu; 3],
-            &nn::Sgd::default(),
-            0.1,
-        )
-        .unwrap();
+        let mut pipe = mlp_on_three_cpu_stages();
         pipe.copy_from(&whole_vs).unwrap();
         let x = crate::data::synthetic(5, 3).unwrap().images;
         let got = pipe.forward(&x).unwrap();

@@ -379,6 +379,15 @@ fn plan_mpi(args: &Args, sweep: &Sweep) -> Plan {
         Ok(p) => p,
         Err(why) => return Plan::Unavailable(why),
     };
+    let mut cmd = mpirun(args);
+    cmd.arg(peer).args(sweep_flags(sweep));
+    Plan::Run(vec![cmd], None)
+}
+
+/// `mpirun -np <world>` with the caller's extra arguments, as root too (the
+/// containers this runs in often are), keeping local ranks on shared memory
+/// (vader) unless the caller chose a BTL.
+fn mpirun(args: &Args) -> Command {
     let mut cmd = Command::new(&args.mpirun);
     // SAFETY: geteuid(2) cannot fail and touches no memory.
     if unsafe { libc::geteuid() } == 0 {
@@ -387,14 +396,11 @@ fn plan_mpi(args: &Args, sweep: &Sweep) -> Plan {
     cmd.arg("--oversubscribe")
         .arg("-np")
         .arg(args.world.to_string())
-        .args(&args.mpirun_args)
-        .arg(peer)
-        .args(sweep_flags(sweep));
-    // Shared memory (vader) between local ranks unless the caller chose a BTL.
+        .args(&args.mpirun_args);
     if std::env::var_os("OMPI_MCA_btl").is_none() {
         cmd.env("OMPI_MCA_btl", "self,vader");
     }
-    Plan::Run(vec![cmd], None)
+    cmd
 }
 
 fn plan_gloo(algo: &str, args: &Args, sweep: &Sweep) -> Result<Plan> {
@@ -475,22 +481,11 @@ fn plan_ringside_mpi(args: &Args, sweep: &Sweep) -> Result<Plan> {
         .and_then(|l| l.local_addr())
         .context("picking a free port for ringside's store")?
         .port();
-    let mut cmd = Command::new(&args.mpirun);
-    // SAFETY: geteuid(2) cannot fail and touches no memory.
-    if unsafe { libc::geteuid() } == 0 {
-        cmd.arg("--allow-run-as-root");
-    }
-    cmd.arg("--oversubscribe")
-        .arg("-np")
-        .arg(args.world.to_string())
-        .args(&args.mpirun_args)
-        .args(["-x", "MASTER_PORT"])
+    let mut cmd = mpirun(args);
+    cmd.args(["-x", "MASTER_PORT"])
         .env("MASTER_PORT", port.to_string())
         .arg(ringside.get_program())
         .args(ringside.get_args());
-    if std::env::var_os("OMPI_MCA_btl").is_none() {
-        cmd.env("OMPI_MCA_btl", "self,vader");
-    }
     Ok(Plan::Run(vec![cmd], None))
 }
 
