@@ -35,13 +35,7 @@ fn initial_cnn() -> Vec<(String, Tensor)> {
     tch::manual_seed(1234);
     let vs = nn::VarStore::new(Device::Cpu);
     let _ = models::cnn().build(&vs.root());
-    let mut v: Vec<_> = vs
-        .variables()
-        .into_iter()
-        .map(|(n, t)| (n, t.detach().copy()))
-        .collect();
-    v.sort_by(|a, b| a.0.cmp(&b.0));
-    v
+    snapshot(&vs)
 }
 
 fn load(vs: &nn::VarStore, params: &[(String, Tensor)]) {
@@ -53,6 +47,7 @@ fn load(vs: &nn::VarStore, params: &[(String, Tensor)]) {
     });
 }
 
+/// Copies of `vs`'s variables, sorted by name (the map order is per process).
 fn snapshot(vs: &nn::VarStore) -> Vec<(String, Tensor)> {
     let mut v: Vec<_> = vs
         .variables()
@@ -74,7 +69,30 @@ fn max_diff(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// One handle per rank on the same data (a `Tensor` is `Send` but not `Sync`).
+/// [`with_ranks`] with `body(rank, comm, data)`: each rank gets its own handle
+/// on `data` (a `Tensor` is `Send` but not `Sync`).
+fn with_data_ranks<T: Send>(
+    world: usize,
+    data: &Dataset,
+    body: impl Fn(usize, Box<dyn Communicator>, Dataset) -> T + Sync,
+) -> Vec<T> {
+    let shared = handles(data, world);
+    with_ranks(world, |rank, comm| body(rank, comm, take(&shared, rank)))
+}
+
+/// The `--json` summary line of a `ringside-train` run that must have succeeded.
+fn summary(out: &std::process::Output) -> serde_json::Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout.lines().find(|l| l.starts_with('{')).unwrap();
+    serde_json::from_str(line).unwrap()
+}
+
+/// One handle per rank on the same data.
 fn handles(data: &Dataset, world: usize) -> Mutex<Vec<Option<Dataset>>> {
     Mutex::new(
         (0..world)
@@ -147,9 +165,7 @@ fn ddp_ranks(
             .map(|(n, t)| (n.clone(), t.copy()))
             .collect::<Vec<_>>(),
     ));
-    let shared = handles(data, world);
-    with_ranks(world, |rank, comm| {
-        let data = take(&shared, rank);
+    with_data_ranks(world, data, |rank, comm, data| {
         let vs = nn::VarStore::new(Device::Cpu);
         let model = models::cnn().build(&vs.root());
         if rank == 0 {
@@ -221,9 +237,7 @@ fn no_sync_accumulation_equals_one_step_on_twice_the_batch() {
             .map(|(n, t)| (n.clone(), t.copy()))
             .collect::<Vec<_>>(),
     ));
-    let shared = handles(&data, world);
-    let got = with_ranks(world, |rank, comm| {
-        let data = take(&shared, rank);
+    let got = with_data_ranks(world, &data, |rank, comm, data| {
         let vs = nn::VarStore::new(Device::Cpu);
         let model = models::cnn().build(&vs.root());
         if rank == 0 {
@@ -265,9 +279,7 @@ fn no_sync_accumulation_equals_one_step_on_twice_the_batch() {
 fn always_no_sync_ranks_diverge() {
     let (world, b) = (2, 8);
     let data = data::synthetic(world * b * 3, 9).unwrap();
-    let shared = handles(&data, world);
-    let got = with_ranks(world, |rank, comm| {
-        let d = take(&shared, rank);
+    let got = with_data_ranks(world, &data, |rank, comm, d| {
         let (x, y) = rows(&d, rank * b, b);
         let vs = nn::VarStore::new(Device::Cpu);
         let model = models::cnn().build(&vs.root());
@@ -306,9 +318,7 @@ fn timeline_records_buckets_and_exports_a_chrome_trace() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("trace.json");
     let data = data::synthetic(64, 3).unwrap();
-    let shared = handles(&data, 2);
-    let traces = with_ranks(2, |rank, comm| {
-        let data = take(&shared, rank);
+    let traces = with_data_ranks(2, &data, |rank, comm, data| {
         let vs = nn::VarStore::new(Device::Cpu);
         let model = models::cnn().build(&vs.root());
         let mut ddp = Ddp::new(model, &vs, comm, small_buckets(StageSplit::Auto)).unwrap();
@@ -371,9 +381,7 @@ fn timeline_records_buckets_and_exports_a_chrome_trace() {
 #[test]
 fn resnet_replicas_stay_identical() {
     let data = data::synthetic(16, 5).unwrap();
-    let shared = handles(&data, 2);
-    let got = with_ranks(2, |rank, comm| {
-        let data = take(&shared, rank);
+    let got = with_data_ranks(2, &data, |rank, comm, data| {
         let vs = nn::VarStore::new(Device::Cpu);
         let cfg = models::ResNetConfig {
             width: 4,
@@ -436,9 +444,7 @@ fn a_model_not_at_the_varstore_root_is_a_clear_error() {
 #[test]
 fn with_communicator_evaluates_across_ranks_and_training_goes_on() {
     let data = data::synthetic(30, 8).unwrap();
-    let shared = handles(&data, 2);
-    let got = with_ranks(2, |rank, comm| {
-        let data = take(&shared, rank);
+    let got = with_data_ranks(2, &data, |rank, comm, data| {
         let vs = nn::VarStore::new(Device::Cpu);
         let model = models::cnn().build(&vs.root());
         let mut ddp = Ddp::new(model, &vs, comm, DdpOptions::default()).unwrap();
@@ -494,15 +500,7 @@ fn ringside_train_two_ranks_resumes_exactly() {
         if resume {
             cmd.arg("--resume");
         }
-        let out = cmd.output().unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let line = stdout.lines().find(|l| l.starts_with('{')).unwrap();
-        serde_json::from_str(line).unwrap()
+        summary(&cmd.output().unwrap())
     };
     let straight = run(10, "a", false);
     assert!(straight["test_loss"].as_f64().is_some(), "{straight}");
@@ -560,14 +558,7 @@ fn ringside_train_with_gloo_does_not_call_libtorchs_bundled_gloo() {
         .env("RUST_BACKTRACE", "0")
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let line = stdout.lines().find(|l| l.starts_with('{')).unwrap();
-    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    let v = summary(&out);
     assert_eq!(v["world_size"], 2, "{v}");
     assert!(v["test_loss"].as_f64().is_some_and(f64::is_finite), "{v}");
 }
