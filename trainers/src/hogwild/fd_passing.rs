@@ -66,6 +66,37 @@ pub(super) fn peer_pid(stream: &UnixStream) -> io::Result<i32> {
     Ok(cred.pid)
 }
 
+/// Room for one control message carrying one descriptor.
+struct FdControl {
+    /// u64 words: the control buffer must be aligned for `cmsghdr`.
+    words: Vec<u64>,
+    /// CMSG_SPACE for one fd, in bytes.
+    space: usize,
+}
+
+impl FdControl {
+    fn new() -> Self {
+        // SAFETY: CMSG_SPACE is arithmetic.
+        let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+        FdControl {
+            words: vec![0u64; space.div_ceil(8)],
+            space,
+        }
+    }
+
+    /// A message of the one buffer `iov` with this control buffer; both must
+    /// outlive the sendmsg/recvmsg that uses it.
+    fn header(&mut self, iov: &mut libc::iovec) -> libc::msghdr {
+        // SAFETY: an all-zero msghdr is a valid empty message.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = self.words.as_mut_ptr().cast();
+        msg.msg_controllen = self.space as _;
+        msg
+    }
+}
+
 /// Sends `payload` with `fd` attached as `SCM_RIGHTS`: the receiver gets its own
 /// descriptor for the same open file.
 pub(super) fn send_fd(stream: &UnixStream, fd: RawFd, payload: &[u8]) -> io::Result<()> {
@@ -73,16 +104,8 @@ pub(super) fn send_fd(stream: &UnixStream, fd: RawFd, payload: &[u8]) -> io::Res
         iov_base: payload.as_ptr().cast_mut().cast(),
         iov_len: payload.len(),
     };
-    // SAFETY: CMSG_SPACE is arithmetic.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    // u64 words: the control buffer must be aligned for `cmsghdr`.
-    let mut control = vec![0u64; space.div_ceil(8)];
-    // SAFETY: an all-zero msghdr is a valid empty message.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &raw mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
+    let mut control = FdControl::new();
+    let msg = control.header(&mut iov);
     // SAFETY: msg_control points at `space` bytes, enough for one header with one fd
     // (CMSG_SPACE), so CMSG_FIRSTHDR is non-null and CMSG_DATA is in bounds.
     let sent = unsafe {
@@ -111,15 +134,8 @@ pub(super) fn recv_fd(stream: &UnixStream, payload: &mut [u8]) -> io::Result<Own
         iov_base: payload.as_mut_ptr().cast(),
         iov_len: payload.len(),
     };
-    // SAFETY: arithmetic.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    let mut control = vec![0u64; space.div_ceil(8)];
-    // SAFETY: an all-zero msghdr is a valid empty message.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &raw mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
+    let mut control = FdControl::new();
+    let mut msg = control.header(&mut iov);
     // SAFETY: buffers as described by `msg`, all live for the call.
     let got = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
     if got < 0 {
