@@ -1,80 +1,49 @@
 //! The full conformance matrix with ranks as real processes: one generated
 //! test per backend × transport × world, as ripgrep's `rgtest!` runs each
-//! test on every engine. World sizes 1 to 5 include non-powers-of-two.
+//! test on every engine. The reference backend runs at worlds 1 to 5
+//! (non-powers-of-two included) on each transport; Gloo (ranks spawned by
+//! ringside) and MPI (ranks started by `mpirun`) at worlds 1 to 3, over their
+//! own transports. Their extra cases (Gloo's algorithms, MPI without
+//! `MPI_IN_PLACE`, the singleton) are in `gloo.rs` and `mpi.rs`.
 //!
-//! A row is `backend: transport, ...;`; each (backend, transport) becomes a
-//! module `backend::transport` with one test per world, e.g.
-//! `reference::shm::world_3`.
+//! A row is `backend(launch, turns): transport, ... @ [worlds];`; each
+//! (backend, transport) becomes a module `backend::transport` with one test per
+//! world, e.g. `reference::shm::world_3`, `mpi::auto::world_2`.
+//!
+//! The binary must be built with the `gloo` and `mpi` features (the default):
+//! a ringside without them fails these tests rather than skipping them, and
+//! `mpirun` comes with the project's set-up (openmpi-bin).
 
-use std::process::Command;
-
-const RINGSIDE: &str = env!("CARGO_BIN_EXE_ringside");
-
-/// Runs `ringside conformance` (the full matrix) on `world` local ranks and
-/// asserts every rank reports every case and no failure.
-fn full_matrix(backend: &str, transport: &str, world: usize) {
-    let out = Command::new(RINGSIDE)
-        .args([
-            "conformance",
-            "--nproc",
-            &world.to_string(),
-            "--backend",
-            backend,
-            "--transport",
-            transport,
-            "--timeout",
-            "60",
-        ])
-        .env_remove("RINGSIDE_JOB_TOKEN")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "{backend} world {world} over {transport} failed:\n{stdout}\n{stderr}"
-    );
-    let ok_ranks = stdout
-        .lines()
-        .filter(|l| {
-            l.contains(&format!(
-                "/{world}: {backend} backend ({transport} transport"
-            )) && l.ends_with(" 0 failed")
-        })
-        .count();
-    assert_eq!(
-        ok_ranks, world,
-        "every rank must report 0 failures:\n{stdout}\n{stderr}"
-    );
-    assert!(
-        stdout.contains("1723 cases"),
-        "the full matrix must run:\n{stdout}"
-    );
-}
+mod common;
 
 /// One test per world size for one (backend, transport).
 macro_rules! worlds {
-    ($backend:expr, $transport:expr; $($name:ident = $world:literal),*) => {
+    ($backend:ident, $transport:ident, $launch:ident, $turns:ident;
+     [$($name:ident = $world:literal),+]) => {
         $(
             #[test]
             fn $name() {
-                super::super::full_matrix($backend, $transport, $world);
+                crate::common::conformance::Job::full(
+                    stringify!($backend),
+                    stringify!($transport),
+                    $world,
+                    crate::common::conformance::Launch::$launch,
+                    crate::common::conformance::Turns::$turns,
+                )
+                .passes();
             }
-        )*
+        )+
     };
 }
 
-/// The matrix: backends × transports, each at worlds 1 to 5.
+/// The matrix: backends × transports × worlds.
 macro_rules! matrix {
-    ($($backend:ident: $($transport:ident),+;)+) => {
+    ($($backend:ident($launch:ident, $turns:ident): $($transport:ident),+ @ $worlds:tt;)+) => {
         $(
             mod $backend {
                 $(
                     mod $transport {
-                        worlds!(
-                            stringify!($backend), stringify!($transport);
-                            world_1 = 1, world_2 = 2, world_3 = 3, world_4 = 4, world_5 = 5
-                        );
+                        worlds!($backend, $transport, $launch, $turns; $worlds);
                     }
                 )+
             }
@@ -83,5 +52,8 @@ macro_rules! matrix {
 }
 
 matrix! {
-    reference: tcp, shm;
+    reference(Ringside, Together): tcp, shm
+        @ [world_1 = 1, world_2 = 2, world_3 = 3, world_4 = 4, world_5 = 5];
+    gloo(Ringside, InTurn): auto @ [world_1 = 1, world_2 = 2, world_3 = 3];
+    mpi(Mpirun, InTurn): auto @ [world_1 = 1, world_2 = 2, world_3 = 3];
 }

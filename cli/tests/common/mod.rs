@@ -2,6 +2,8 @@
 //! crate and uses a subset, hence the allow).
 #![allow(dead_code)]
 
+pub mod conformance;
+
 use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -56,6 +58,9 @@ pub fn clean_launch_env(cmd: &mut Command) -> &mut Command {
         "LOCAL_RANK",
         "LOCAL_WORLD_SIZE",
         "RINGSIDE_JOB_TOKEN",
+        // Backend choices a developer may have exported.
+        "RINGSIDE_GLOO_ALGO",
+        "RINGSIDE_MPI_NO_IN_PLACE",
         "SLURM_STEP_ID",
         "SLURM_STEPID",
         "PMI_RANK",
