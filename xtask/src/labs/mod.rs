@@ -30,7 +30,10 @@ pub const SOLUTION_ENV: &str = "RINGSIDE_LAB_SOLUTION";
 
 /// `cargo lab ...`.
 #[derive(Args)]
-#[command(args_conflicts_with_subcommands = true)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    override_usage = "cargo lab [--solution] [NUMBER] [-- <ARGS>...]\n       cargo lab <COMMAND>"
+)]
 pub struct LabArgs {
     #[command(subcommand)]
     command: Option<LabCommand>,
