@@ -371,7 +371,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     let lead = me == 0;
     let mut results = ResultsWriter::new(
         args.json.clone().filter(|_| lead),
-        manifest::manifest(world, args.connect.transport.name(), args.combine.name()),
+        manifest::manifest(
+            &measure::build!(),
+            world,
+            args.connect.transport.name(),
+            args.combine.name(),
+        ),
     );
     results.write()?;
     let settings = Settings {

@@ -130,7 +130,7 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         .unwrap_or_else(|| std::path::PathBuf::from("results").join(manifest::stamp()));
     let mut results = ResultsWriter::new(
         lead.then(|| out_dir.join("bench.json")),
-        manifest::manifest(rdv.info.world_size, "per lane", "max"),
+        manifest::manifest(&measure::build!(), rdv.info.world_size, "per lane", "max"),
     );
     let sizes = bench::sizes(4, args.max_bytes, 4);
     say("1. Every collective, checked exactly against a sequential reference".into());

@@ -13,6 +13,7 @@
 //! its collective descriptors on these names and factors.
 #![deny(missing_docs)]
 
+pub mod build_script;
 mod collective;
 mod error;
 pub mod manifest;

@@ -110,18 +110,43 @@ fn host() -> Value {
     })
 }
 
-/// The manifest for a run of `world` ranks over `transport`, with `combine` the
-/// rule by which ranks' times became one (`max`: the slowest rank).
-pub fn manifest(world: usize, transport: &str, combine: &str) -> Value {
+/// What a results-writing binary records about its own build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Build {
+    /// The crate version.
+    pub version: &'static str,
+    /// The git commit it was built from (`-dirty` when the tree had changes).
+    pub git_sha: &'static str,
+    /// `rustc --version`.
+    pub rustc: &'static str,
+}
+
+/// The [`Build`] of the crate this macro is used in, whose build script must call
+/// [`crate::build_script::emit`].
+#[macro_export]
+macro_rules! build {
+    () => {
+        $crate::manifest::Build {
+            version: env!("CARGO_PKG_VERSION"),
+            git_sha: env!("RINGSIDE_GIT_SHA"),
+            rustc: env!("RINGSIDE_RUSTC"),
+        }
+    };
+}
+
+/// The manifest for a run of `world` ranks over `transport` by a binary of
+/// `build`, with `combine` the rule by which ranks' times became one (`max`: the
+/// slowest rank).
+pub fn manifest(build: &Build, world: usize, transport: &str, combine: &str) -> Value {
     let torch = torch_dir();
     let args: Vec<String> = std::env::args().collect();
     json!({
         "created": created(),
         "command": args.join(" "),
         "ringside": {
-            "version": env!("CARGO_PKG_VERSION"),
-            "git_sha": env!("RINGSIDE_GIT_SHA"),
-            "rustc": env!("RINGSIDE_RUSTC"),
+            "version": build.version,
+            "git_sha": build.git_sha,
+            "rustc": build.rustc,
         },
         "libraries": {
             "gloo": dpkg_version("libgloo-dev"),
@@ -179,7 +204,12 @@ mod tests {
     fn manifest_has_the_promised_fields_and_no_token() {
         // SAFETY: single-threaded test setup; no other thread reads the environment.
         unsafe { std::env::set_var("RINGSIDE_JOB_TOKEN", "secret") };
-        let m = manifest(2, "tcp", "max");
+        let build = Build {
+            version: "0.1.0",
+            git_sha: "749c484",
+            rustc: "rustc 1.95.0",
+        };
+        let m = manifest(&build, 2, "tcp", "max");
         for key in ["created", "command", "ringside", "libraries", "host", "env"] {
             assert!(m.get(key).is_some(), "{key} missing: {m}");
         }

@@ -25,7 +25,7 @@ impl Run {
             .join(manifest::stamp());
         let writer = ResultsWriter::new(
             Some(dir.join("results.json")),
-            manifest::manifest(world, transport, "max"),
+            manifest::manifest(&measure::build!(), world, transport, "max"),
         );
         writer.write()?;
         Ok(Run { dir, writer })

@@ -1,9 +1,15 @@
-//! Records what the results manifest reports about this build: the git
-//! commit, and the compiler.
+//! For the build scripts of the binaries that write results (cli, labkit):
+//! records what the manifest reports about their build, the git commit and the
+//! compiler, as `RINGSIDE_GIT_SHA` and `RINGSIDE_RUSTC` for [`crate::build!`].
+//! In the binaries' crates, not in `measure`'s own build: a commit changes the
+//! sha, and everything that depends on `measure` (collectives and all above it)
+//! would be recompiled after every commit.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn main() {
+/// Call from a build script: `fn main() { measure::build_script::emit(); }`.
+pub fn emit() {
     let sha = Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])
         .output()
@@ -32,7 +38,18 @@ fn main() {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
         .unwrap_or_default();
     println!("cargo:rustc-env=RINGSIDE_RUSTC={version}");
-    for p in ["../.git/HEAD", "../.git/index", "../.git/refs/heads"] {
-        println!("cargo:rerun-if-changed={p}");
+    if let Some(git) = git_dir() {
+        for p in ["HEAD", "index", "refs/heads"] {
+            println!("cargo:rerun-if-changed={}", git.join(p).display());
+        }
     }
+}
+
+/// The `.git` folder above the crate being built.
+fn git_dir() -> Option<PathBuf> {
+    let start = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR")?);
+    start
+        .ancestors()
+        .map(|d: &Path| d.join(".git"))
+        .find(|g| g.exists())
 }
