@@ -262,21 +262,9 @@ fn self_check(check_exe: &Path, root: &Path, solution: bool) -> Result<Output> {
         .with_context(|| format!("running {}", check_exe.display()))
 }
 
-/// Builds every lab's self-check (one cargo call). The debug build (the test
-/// suite's) selects every test target too, as `cargo test --workspace` does just
-/// before it: with only `--test check`, other packages' dev-dependencies would not
-/// unify their features and the shared crates would be compiled again (measured:
-/// +1 minute on a fresh clone). Learners' release builds need only the checks.
+/// Builds every lab's self-check (one cargo call).
 fn build_checks(root: &Path, release: bool) -> Result<Vec<Artifact>> {
-    if release {
-        build(root, true, &["test", "--no-run", "--test", "check"])
-    } else {
-        build(
-            root,
-            false,
-            &["test", "--no-run", "--tests", "--test", "check"],
-        )
-    }
+    build(root, release, &["test", "--no-run", "--test", "check"])
 }
 
 fn check(root: &Path, lab: &Lab) -> Result<()> {
