@@ -24,4 +24,4 @@ mod writer;
 pub use collective::{Collective, busbw_factor};
 pub use error::{Error, Result};
 pub use record::{FORMAT, Record, ResultsFile, parse_line, parse_results, read_results};
-pub use writer::ResultsWriter;
+pub use writer::{RESULTS_DIR_ENV, ResultsWriter, results_root};

@@ -1,12 +1,24 @@
 //! Writing a results file: whole, after every size (temporary file + rename),
 //! so a crash or Ctrl-C never leaves a torn file behind.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
 use crate::record::{FORMAT, Record};
+
+/// The environment variable that moves the labs' results folder (the tests and
+/// the suite's `labs` step point it at a temporary folder).
+pub const RESULTS_DIR_ENV: &str = "RINGSIDE_RESULTS_DIR";
+
+/// Where lab runs are written (`labNN/<time>/`) and where the book looks for them:
+/// `$RINGSIDE_RESULTS_DIR`, else `<workspace>/results`.
+pub fn results_root(workspace: &Path) -> PathBuf {
+    std::env::var_os(RESULTS_DIR_ENV)
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| workspace.join("results"), PathBuf::from)
+}
 
 /// A results file being written.
 #[derive(Debug, Clone)]

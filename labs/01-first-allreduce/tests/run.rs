@@ -17,7 +17,7 @@ fn quick_run_with_the_solution_writes_results_and_charts() {
     let out = lab()
         .args(["--nproc", "3", "--quick"])
         .env(labkit::SOLUTION_ENV, "1")
-        .env("RINGSIDE_RESULTS_DIR", dir.path())
+        .env(measure::RESULTS_DIR_ENV, dir.path())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -56,7 +56,7 @@ fn the_unsolved_starter_fails_fast_naming_the_todo() {
     let out = lab()
         .args(["--nproc", "3", "--quick", "--timeout", "20"])
         .env_remove(labkit::SOLUTION_ENV)
-        .env("RINGSIDE_RESULTS_DIR", dir.path())
+        .env(measure::RESULTS_DIR_ENV, dir.path())
         .output()
         .unwrap();
     let text = format!(

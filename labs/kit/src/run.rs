@@ -50,16 +50,13 @@ impl Run {
     }
 }
 
-/// `RINGSIDE_RESULTS_DIR`, else the workspace's `results/` when the binary runs
-/// where it was built, else `results/` in the current folder.
+/// [`measure::results_root`] of the workspace when the binary runs where it was
+/// built, else of the current folder.
 fn results_root() -> PathBuf {
-    if let Some(dir) = std::env::var_os("RINGSIDE_RESULTS_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir);
-    }
     let workspace = manifest::workspace_dir();
     if workspace.join("labs/info.toml").is_file() {
-        workspace.join("results")
+        measure::results_root(&workspace)
     } else {
-        PathBuf::from("results")
+        measure::results_root(Path::new("."))
     }
 }

@@ -151,7 +151,7 @@ pub fn stage_figures(root: &Path, labs: &[Lab]) -> Result<Vec<String>> {
 
 /// The newest `results/labNN/<time>/` that holds a results file and a chart.
 fn latest_run(root: &Path, lab: &Lab) -> Result<Option<PathBuf>> {
-    let dir = results_root(root).join(lab.short());
+    let dir = measure::results_root(root).join(lab.short());
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return Ok(None);
     };
@@ -169,11 +169,4 @@ fn has_svg(dir: &Path) -> bool {
     std::fs::read_dir(dir).is_ok_and(|mut it| {
         it.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "svg")))
     })
-}
-
-/// `results/` (or `RINGSIDE_RESULTS_DIR`, as the labs write it).
-fn results_root(root: &Path) -> PathBuf {
-    std::env::var_os("RINGSIDE_RESULTS_DIR")
-        .filter(|v| !v.is_empty())
-        .map_or_else(|| root.join("results"), PathBuf::from)
 }

@@ -457,7 +457,7 @@ fn quick_run(program: &Path, root: &Path) -> Result<()> {
     cmd.current_dir(root)
         .arg("--quick")
         .env(SOLUTION_ENV, "1")
-        .env("RINGSIDE_RESULTS_DIR", results.path());
+        .env(measure::RESULTS_DIR_ENV, results.path());
     let out = cmd.output()?;
     if !out.status.success() {
         bail!(
