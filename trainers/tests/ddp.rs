@@ -130,20 +130,35 @@ fn ce(logits: &Tensor, y: &Tensor) -> Tensor {
 }
 
 /// One process, batch `global` per step, `steps` SGD steps from `init`.
+///
+/// The step's gradient is accumulated over `global / micro` forward passes of `micro`
+/// rows each, every loss divided by their count: the gradient of the mean over
+/// `global` rows, computed on the same shapes as the ranks' forwards. One forward on
+/// all `global` rows would be the same mathematics but not the same rounding:
+/// libtorch's CPU sgemm picks its kernel by row count (≤ 15 vs ≥ 16 rows differ in the
+/// last bits), and a ReLU or max-pool input within rounding of its kink then takes
+/// the other branch, which training amplifies by a CPU-dependent amount (the
+/// DataParallel test failed that way in CI). With equal shapes, what is left is the
+/// order of the gradient average: exact for 2 ranks (halving is exact), one rounding
+/// per step for 3.
 fn single_process(
     init: &[(String, Tensor)],
     data: &Dataset,
     global: usize,
+    micro: usize,
     steps: usize,
 ) -> Vec<(String, Tensor)> {
     let vs = nn::VarStore::new(Device::Cpu);
     let model = models::cnn().build(&vs.root());
     load(&vs, init);
     let mut opt = sgd(&vs, 0.05);
+    let parts = global / micro;
     for s in 0..steps {
-        let (x, y) = rows(data, s * global, global);
         opt.zero_grad();
-        ce(&model.forward_t(&x, true), &y).backward();
+        for p in 0..parts {
+            let (x, y) = rows(data, s * global + p * micro, micro);
+            (ce(&model.forward_t(&x, true), &y) / parts as f64).backward();
+        }
         opt.step();
     }
     snapshot(&vs)
@@ -196,7 +211,7 @@ fn check_equivalence(world: usize, opts: DdpOptions) {
     let (b, steps) = (8, 10);
     let data = data::synthetic(world * b * steps, 42).unwrap();
     let init = initial_cnn();
-    let want = single_process(&init, &data, world * b, steps);
+    let want = single_process(&init, &data, world * b, b, steps);
     // The run must actually move the parameters, or the comparison proves nothing.
     assert!(max_diff(&want, &init) > 1e-3);
     for (rank, got) in ddp_ranks(world, b, steps, &init, &data, opts)
@@ -231,7 +246,7 @@ fn no_sync_accumulation_equals_one_step_on_twice_the_batch() {
     let global = world * b * k;
     let data = data::synthetic(global * steps, 7).unwrap();
     let init = initial_cnn();
-    let want = single_process(&init, &data, global, steps);
+    let want = single_process(&init, &data, global, b, steps);
     let initm = Mutex::new(Some(
         init.iter()
             .map(|(n, t)| (n.clone(), t.copy()))
