@@ -51,6 +51,14 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A figure of a results file (or one being added) cannot be drawn.
+    #[error("results file {path}: {reason}")]
+    InvalidFigure {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, naming the figure.
+        reason: String,
+    },
     /// A line that looks like a result record but does not parse as one.
     #[error("bad result line {line:?}: {source}")]
     BadLine {

@@ -7,7 +7,9 @@
 //! - [`size`]: message sizes parsed from flags (`64M`) and printed for people;
 //! - [`Record`] and [`ResultsFile`]: one measured size, and a whole results
 //!   file (format [`FORMAT`]) with its [`manifest`] (which build, machine,
-//!   libraries and settings measured it); [`ResultsWriter`] writes one.
+//!   libraries and settings measured it); [`ResultsWriter`] writes one;
+//! - [`Figure`]: a lab's own measurement that is not a size sweep (a loss curve,
+//!   a step's phases), carried in the same results file and drawn by `reports`.
 //!
 //! Nothing here talks to a network or a GPU; the `collectives` crate builds
 //! its collective descriptors on these names and factors.
@@ -16,6 +18,7 @@
 pub mod build_script;
 mod collective;
 mod error;
+mod figure;
 pub mod manifest;
 mod record;
 pub mod size;
@@ -23,5 +26,6 @@ mod writer;
 
 pub use collective::{Collective, busbw_factor};
 pub use error::{Error, Result};
+pub use figure::{Figure, FigureKind, FigureSeries};
 pub use record::{FORMAT, Record, ResultsFile, parse_line, parse_results, read_results};
 pub use writer::{RESULTS_DIR_ENV, ResultsWriter, results_root};

@@ -214,6 +214,9 @@ pub struct ResultsFile {
     pub manifest: serde_json::Value,
     /// The measurements.
     pub records: Vec<Record>,
+    /// A lab's other measurements, one chart each (absent from bench files).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub figures: Vec<crate::Figure>,
 }
 
 /// Only the `format` field, read first so that a file of another kind gets
@@ -251,6 +254,14 @@ pub fn parse_results(text: &str, origin: &Path) -> Result<ResultsFile> {
                 path: origin.to_path_buf(),
                 index,
                 label: record.label.clone(),
+                reason,
+            });
+        }
+    }
+    for figure in &file.figures {
+        if let Some(reason) = figure.problem() {
+            return Err(Error::InvalidFigure {
+                path: origin.to_path_buf(),
                 reason,
             });
         }

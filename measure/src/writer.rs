@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
+use crate::Figure;
 use crate::error::{Error, Result};
 use crate::record::{FORMAT, Record};
 
@@ -29,6 +30,8 @@ pub struct ResultsWriter {
     pub manifest: Value,
     /// The records so far.
     pub records: Vec<Record>,
+    /// The figures so far (a lab's; bench files have none).
+    pub figures: Vec<Figure>,
 }
 
 impl ResultsWriter {
@@ -38,7 +41,25 @@ impl ResultsWriter {
             path,
             manifest,
             records: Vec::new(),
+            figures: Vec::new(),
         }
+    }
+
+    /// Adds a figure, or replaces the one with its name (a lab redraws its curve
+    /// as it goes), and rewrites the file. A figure that could not be drawn is
+    /// refused here, so the file on disk always reads back.
+    pub fn set_figure(&mut self, figure: Figure) -> Result<()> {
+        if let Some(reason) = figure.problem() {
+            return Err(Error::InvalidFigure {
+                path: self.path.clone().unwrap_or_default(),
+                reason,
+            });
+        }
+        match self.figures.iter_mut().find(|f| f.name == figure.name) {
+            Some(old) => *old = figure,
+            None => self.figures.push(figure),
+        }
+        self.write()
     }
 
     /// Adds a record and rewrites the file.
@@ -50,11 +71,14 @@ impl ResultsWriter {
     /// The document as it is written: keys in sorted order at every level
     /// (serde_json's map), the byte layout results files have always had.
     pub fn to_json(&self) -> Result<Vec<u8>> {
-        let doc = json!({
+        let mut doc = json!({
             "format": FORMAT,
             "manifest": self.manifest,
             "records": serde_json::to_value(&self.records)?,
         });
+        if !self.figures.is_empty() {
+            doc["figures"] = serde_json::to_value(&self.figures)?;
+        }
         Ok(serde_json::to_vec_pretty(&doc)?)
     }
 
@@ -107,5 +131,36 @@ mod tests {
             .collect();
         assert!(keys.windows(2).all(|w| w[0] < w[1]), "{text}");
         assert!(!path.with_extension("json.tmp").exists());
+        assert!(!text.contains("figures"), "bench files keep their layout");
+    }
+
+    #[test]
+    fn figures_are_replaced_by_name_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lab.json");
+        let mut w = ResultsWriter::new(Some(path.clone()), json!({}));
+        let loss = |n: usize| {
+            let pts = (0..n).map(|i| [i as f64, 1.0 / (1.0 + i as f64)]).collect();
+            Figure::lines("loss", "Loss", "s", "loss")
+                .with(crate::FigureSeries::measured("1 worker", pts))
+        };
+        w.set_figure(loss(2)).unwrap();
+        w.set_figure(loss(3)).unwrap();
+        let back = crate::read_results(&path).unwrap();
+        assert_eq!(back.figures, [loss(3)]);
+        let e = w
+            .set_figure(Figure::lines("Bad Name", "", "", ""))
+            .unwrap_err();
+        assert!(e.to_string().contains("Bad Name"), "{e}");
+    }
+
+    #[test]
+    fn a_file_with_an_undrawable_figure_is_refused_naming_it() {
+        let text = r#"{"format":"ringside-results/1","records":[],"figures":[{"name":"x","title":"","kind":"lines","x_label":"","y_label":"","series":[]}]}"#;
+        let e = parse_results(text, Path::new("lab.json")).unwrap_err();
+        assert!(
+            e.to_string().contains("lab.json") && e.to_string().contains("no points"),
+            "{e}"
+        );
     }
 }

@@ -50,6 +50,8 @@ pub enum ChartKind {
     BusBandwidth,
     /// Min–max band around the median, log–log.
     Spread,
+    /// A lab's own [`measure::Figure`] (lines or stacked bars).
+    Figure,
 }
 
 impl ChartKind {
@@ -66,6 +68,7 @@ impl ChartKind {
             ChartKind::Latency => "latency",
             ChartKind::BusBandwidth => "busbw",
             ChartKind::Spread => "spread",
+            ChartKind::Figure => "figure",
         }
     }
 }
@@ -75,8 +78,8 @@ impl ChartKind {
 pub struct Chart {
     /// What it shows.
     pub kind: ChartKind,
-    /// Of which collective.
-    pub collective: Collective,
+    /// Of which collective (`None` for a lab's figure).
+    pub collective: Option<Collective>,
     /// File stem, e.g. `latency-all_reduce` (only `[a-z_-]`, safe in paths,
     /// ids and URLs).
     pub stem: String,
@@ -117,7 +120,7 @@ fn use_font(path: &Path) -> Result<()> {
 }
 
 /// Tableau 10: distinct, colour-blind friendlier than plotters' defaults.
-const PALETTE: [RGBColor; 10] = [
+pub(crate) const PALETTE: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -131,7 +134,7 @@ const PALETTE: [RGBColor; 10] = [
 ];
 
 /// The colour of a series, the same in every chart.
-fn color(series: usize) -> RGBColor {
+pub(crate) fn color(series: usize) -> RGBColor {
     PALETTE[series % PALETTE.len()]
 }
 
@@ -555,8 +558,27 @@ fn encode_png(rgb: &[u8], (w, h): (u32, u32), stem: &str) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-fn render(plot: &Plot, kind: ChartKind, collective: Collective, size: (u32, u32)) -> Result<Chart> {
-    let stem = format!("{}-{}", kind.prefix(), collective.key());
+/// Something drawn twice, once per backend (SVG and bitmap).
+pub(crate) trait Drawable {
+    /// Draws the whole chart on `root`.
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String>;
+}
+
+impl Drawable for Plot {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        draw_plot(root, self)
+    }
+}
+
+/// Draws `what` as SVG and PNG into a [`Chart`] called `stem`.
+pub(crate) fn render(
+    what: &impl Drawable,
+    stem: String,
+    title: &str,
+    kind: ChartKind,
+    collective: Option<Collective>,
+    size: (u32, u32),
+) -> Result<Chart> {
     let chart_err = |reason: String| Error::Chart {
         chart: stem.clone(),
         reason,
@@ -564,19 +586,19 @@ fn render(plot: &Plot, kind: ChartKind, collective: Collective, size: (u32, u32)
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
-        draw_plot(&root, plot).map_err(chart_err)?;
+        what.draw(&root).map_err(chart_err)?;
     }
     let svg = compact_svg(&svg);
     let mut rgb = vec![0u8; size.0 as usize * size.1 as usize * 3];
     {
         let root = BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area();
-        draw_plot(&root, plot).map_err(chart_err)?;
+        what.draw(&root).map_err(chart_err)?;
     }
     let png = encode_png(&rgb, size, &stem)?;
     Ok(Chart {
         kind,
         collective,
-        title: plot.title.clone(),
+        title: title.to_owned(),
         stem,
         svg,
         png,
@@ -584,11 +606,9 @@ fn render(plot: &Plot, kind: ChartKind, collective: Collective, size: (u32, u32)
     })
 }
 
-/// Draw every chart for every collective with data: latency (with the α–β
-/// curves), bus bandwidth and spread. Peer series are dashed.
-pub fn render_charts(ds: &Dataset, fits: &[SeriesFit], opts: &ChartOptions) -> Result<Vec<Chart>> {
-    // Too small and the legend eats the plot; too large and the PNG buffer
-    // is a memory hazard for a typo.
+/// Refuses chart sizes that would not draw (too small: the legend eats the
+/// plot) or could exhaust memory (a typo'd PNG size), and loads the font.
+pub(crate) fn prepare(opts: &ChartOptions) -> Result<()> {
     if !(320..=8192).contains(&opts.width) || !(200..=8192).contains(&opts.height) {
         return Err(Error::Chart {
             chart: "all".into(),
@@ -598,12 +618,27 @@ pub fn render_charts(ds: &Dataset, fits: &[SeriesFit], opts: &ChartOptions) -> R
             ),
         });
     }
-    use_font(&opts.font)?;
+    use_font(&opts.font)
+}
+
+/// Draw every chart for every collective with data: latency (with the α–β
+/// curves), bus bandwidth and spread. Peer series are dashed.
+pub fn render_charts(ds: &Dataset, fits: &[SeriesFit], opts: &ChartOptions) -> Result<Vec<Chart>> {
+    prepare(opts)?;
     let mut charts = Vec::new();
     for collective in ds.collectives() {
         if let Some(plots) = plots_for(ds, fits, collective) {
             for (plot, kind) in plots.iter().zip(ChartKind::ALL) {
-                charts.push(render(plot, kind, collective, (opts.width, opts.height))?);
+                let stem = format!("{}-{}", kind.prefix(), collective.key());
+                let size = (opts.width, opts.height);
+                charts.push(render(
+                    plot,
+                    stem,
+                    &plot.title,
+                    kind,
+                    Some(collective),
+                    size,
+                )?);
             }
         }
     }

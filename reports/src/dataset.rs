@@ -49,6 +49,8 @@ pub struct Dataset {
     pub series: Vec<Series>,
     /// Every record.
     pub entries: Vec<Entry>,
+    /// The labs' own figures of every file, in order.
+    pub figures: Vec<measure::Figure>,
 }
 
 /// Short names for the files that tell them apart: the stem, or
@@ -130,7 +132,9 @@ impl Dataset {
         let mut index: BTreeMap<String, usize> = BTreeMap::new();
         let mut entries = Vec::new();
         let mut sources = Vec::with_capacity(files.len());
+        let mut figures = Vec::new();
         for (i, (path, file)) in files.into_iter().enumerate() {
+            figures.extend(file.figures);
             sources.push(Source {
                 path,
                 manifest: file.manifest,
@@ -164,13 +168,13 @@ impl Dataset {
                 });
             }
         }
-        if entries.is_empty() {
+        if entries.is_empty() && figures.is_empty() {
             let names: Vec<String> = sources
                 .iter()
                 .map(|s| s.path.display().to_string())
                 .collect();
             return Err(Error::NoRecords(format!(
-                "no records in {}",
+                "no records or figures in {}",
                 names.join(", ")
             )));
         }
@@ -178,6 +182,7 @@ impl Dataset {
             sources,
             series,
             entries,
+            figures,
         })
     }
 
@@ -272,6 +277,7 @@ mod tests {
             format: FORMAT.into(),
             manifest: serde_json::Value::Null,
             records,
+            figures: vec![],
         }
     }
 

@@ -211,7 +211,8 @@ fn charts_section(p: &Page<'_>) -> String {
     let mut current = None;
     for c in p.charts {
         if current != Some(c.collective) {
-            s.push_str(&format!("<h3>{}</h3>\n", c.collective.key()));
+            let heading = c.collective.map_or("measurements", |c| c.key());
+            s.push_str(&format!("<h3>{heading}</h3>\n"));
             current = Some(c.collective);
         }
         // Stems are built from fixed names (`[a-z_-]`), safe in ids and URLs.
@@ -577,6 +578,7 @@ mod tests {
                 format: FORMAT.into(),
                 manifest: serde_json::json!({"command": evil, "env": {"A&B": "<i>"}}),
                 records: vec![rec(8), rec(4096)],
+                figures: vec![],
             },
         )])
         .unwrap();

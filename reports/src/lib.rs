@@ -10,6 +10,7 @@
 mod charts;
 mod dataset;
 mod error;
+mod figure;
 mod fit;
 mod html;
 mod predict;
@@ -22,6 +23,7 @@ use std::path::{Path, PathBuf};
 pub use charts::{Chart, ChartKind, ChartOptions, DEFAULT_FONT, render_charts};
 pub use dataset::{Dataset, Entry, Series, Source};
 pub use error::{Error, Result};
+pub use figure::render_figure;
 pub use fit::{AlphaBeta, Fit, Pinned, SeriesFit, fit_alpha_beta, fit_dataset};
 pub use html::{Page, escape_html, render_html};
 pub use predict::{
@@ -97,7 +99,13 @@ pub fn write_report<P: AsRef<Path>>(inputs: &[P], opts: &ReportOptions) -> Resul
     let summary = summarize(&ds, &fits);
     let links = link_models(&fits);
     let scale = scale_predictions(&links, &opts.scale_sizes, &opts.scale_ranks);
-    let charts = render_charts(&ds, &fits, &opts.charts)?;
+    // A lab's own figures first: they are what its run is about.
+    let mut charts = ds
+        .figures
+        .iter()
+        .map(|f| render_figure(f, &opts.charts))
+        .collect::<Result<Vec<_>>>()?;
+    charts.extend(render_charts(&ds, &fits, &opts.charts)?);
     let html = render_html(&Page {
         dataset: &ds,
         fits: &fits,

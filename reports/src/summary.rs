@@ -314,6 +314,7 @@ mod tests {
                 format: FORMAT.into(),
                 manifest: serde_json::Value::Null,
                 records,
+                figures: vec![],
             },
         )])
         .unwrap();

@@ -41,6 +41,12 @@ impl Run {
         Ok(self.writer.push(record)?)
     }
 
+    /// Adds (or replaces, by name) one of the lab's own figures and rewrites the
+    /// results file: a loss curve, a step's phases, a bubble against its theory.
+    pub fn figure(&mut self, figure: measure::Figure) -> Result<(), LabError> {
+        Ok(self.writer.set_figure(figure)?)
+    }
+
     /// Draws the charts of everything pushed into the run's folder and returns
     /// the folder.
     pub fn finish(self) -> Result<PathBuf, LabError> {
