@@ -17,7 +17,9 @@ then SIGKILL after the grace period; the launcher exits with the failed rank's c
 (128 + signal if a signal killed it), or 130 after Ctrl-C.\n\n\
 Multi-node: run `ringside launch` on every node with the same --nnodes, --master-addr, \
 --master-port and --token (or RINGSIDE_JOB_TOKEN), e.g. a token from `openssl rand -hex 16`.\n\n\
-Example: ringside launch --nproc-per-node 4 -- ./target/release/lab03 --size 1M"
+Example (lab 1's program, its reference solution, on 4 ranks; `cargo lab 1` builds it):\n  \
+RINGSIDE_LAB_SOLUTION=1 ringside launch --nproc-per-node 4 -- \
+./target/release/lab01-first-allreduce --max-size 1M"
 )]
 pub struct LaunchArgs {
     /// Ranks to start on this node.

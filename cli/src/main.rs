@@ -28,7 +28,7 @@ enum Command {
     Launch(launch_cmd::LaunchArgs),
     /// The main job: check every collective on local ranks and sweep all_reduce sizes.
     Tour(tour::TourArgs),
-    /// Time all_reduce across message sizes (nccl-tests flags and timing rule).
+    /// Time all_reduce across message sizes: `bench -c all_reduce` in short, JSON lines with --jsonl.
     Sweep(sweep::SweepArgs),
     /// nccl-tests for every backend: any collective, table, #wrong, JSON results with a manifest.
     Bench(bench_cmd::BenchArgs),

@@ -1,6 +1,8 @@
 //! `ringside sweep`: time all_reduce across sizes with the nccl-tests rule and
-//! print a table (or JSON lines: results-file records, which the peer
-//! programs print too).
+//! print a table (or, with `--jsonl`, JSON lines: results-file records, which the
+//! peer programs print too). `ringside bench -c all_reduce` measures the same with
+//! every option; `sweep` is the short form the `peers` runner launches, with the
+//! same size flags and defaults as `bench`.
 
 use clap::Args;
 use collectives::Backend;
@@ -22,17 +24,18 @@ pub struct SweepArgs {
     #[arg(short = 'e', long = "maxbytes", default_value = "64M", value_parser = parse_size)]
     pub max_bytes: usize,
     /// Multiply the size by this each step.
-    #[arg(short = 'f', long = "stepfactor", default_value_t = 4)]
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
     pub factor: usize,
     /// Timed iterations per size.
-    #[arg(short = 'n', long = "iters", default_value_t = 50)]
+    #[arg(short = 'n', long = "iters", default_value_t = 20)]
     pub iters: usize,
     /// Warm-up iterations per size.
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
     pub warmup: usize,
-    /// Print one JSON object per size instead of the table.
+    /// Print one results-file record per size as a JSON line on stdout instead of
+    /// the table (`bench --json FILE` writes a whole results file instead).
     #[arg(long)]
-    pub json: bool,
+    pub jsonl: bool,
 }
 
 /// The table header nccl-tests users expect.
@@ -78,11 +81,11 @@ pub fn run(args: SweepArgs) -> anyhow::Result<i32> {
     };
     let sizes = bench::sizes(args.min_bytes.max(4), args.max_bytes, args.factor);
     let bar = progress::bar(
-        lead && !args.json,
+        lead && !args.jsonl,
         Some(sizes.len() as u64),
         "{bar:30} {pos}/{len} sizes {msg}",
     )?;
-    if lead && !args.json {
+    if lead && !args.jsonl {
         println!(
             "# {name}: all_reduce f32 sum, in place, {} ranks; time = slowest rank per iteration, min/median/max over {} iterations (GB/s = 1e9 B/s)",
             comm.world_size(),
@@ -96,12 +99,12 @@ pub fn run(args: SweepArgs) -> anyhow::Result<i32> {
         let m = bench::all_reduce_f32(comm.as_ref(), bytes, args.warmup, args.iters)?;
         wrong += m.wrong.unwrap_or(0);
         if lead {
-            // With --json, one results-file record per line: the `peers`
+            // With --jsonl, one results-file record per line: the `peers`
             // runner reads these like the C and C++ peers' lines.
             let record = m.to_record(&name, args.job.backend.name(), args.job.connect.algo.name());
             let json = serde_json::to_string(&record)?;
             bar.suspend(|| {
-                if args.json {
+                if args.jsonl {
                     println!("{json}");
                 } else {
                     println!("{}", table_row(&m));

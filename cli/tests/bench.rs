@@ -279,3 +279,38 @@ fn ctrl_c_keeps_what_was_measured() {
     assert!(records.len() >= 4, "{doc}");
     assert!(records.iter().all(|r| r["wrong"] == 0));
 }
+
+/// `sweep -f` defaulted to 4 and `bench -f` to 2, and `sweep --json` was a switch
+/// where `bench --json` takes a file: the shared size flags now agree.
+#[test]
+fn sweep_and_bench_size_flags_agree() {
+    let help = |cmd: &str| {
+        let out = Command::new(RINGSIDE)
+            .args([cmd, "--help"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let default_of = |text: &str, flag: &str| {
+        let line = text.lines().find(|l| l.contains(flag)).unwrap().to_owned();
+        line[line.find("[default:").unwrap()..].to_owned()
+    };
+    let (sweep, bench) = (help("sweep"), help("bench"));
+    for flag in [
+        "--minbytes",
+        "--maxbytes",
+        "--stepfactor",
+        "--iters",
+        "--warmup_iters",
+    ] {
+        assert_eq!(default_of(&sweep, flag), default_of(&bench, flag), "{flag}");
+    }
+    let flags: Vec<&str> = sweep
+        .lines()
+        .filter_map(|l| l.trim_start().split_whitespace().next())
+        .collect();
+    assert!(
+        flags.contains(&"--jsonl") && !flags.contains(&"--json"),
+        "{sweep}"
+    );
+}

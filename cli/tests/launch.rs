@@ -273,3 +273,35 @@ fn a_missing_program_is_a_clear_error() {
     let err = stderr(&out);
     assert!(err.contains("cannot start rank 0"), "{err}");
 }
+
+/// The help's example once named a `lab03` binary that did not exist: the program
+/// it names must be a workspace package's, and take the flag the example passes.
+#[test]
+fn launch_help_example_names_a_real_program_and_flag() {
+    let out = Command::new(RINGSIDE)
+        .args(["launch", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let line = help
+        .lines()
+        .find(|l| l.contains("./target/release/"))
+        .unwrap_or_else(|| panic!("no example in:\n{help}"));
+    let mut words = line.split_whitespace();
+    let program = words
+        .find_map(|w| w.strip_prefix("./target/release/"))
+        .unwrap();
+    let flag = words.next().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let main = std::fs::read_dir(root.join("labs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|d| {
+            std::fs::read_to_string(d.join("Cargo.toml"))
+                .is_ok_and(|t| t.contains(&format!("name = \"{program}\"")))
+        })
+        .map(|d| std::fs::read_to_string(d.join("src/main.rs")).unwrap())
+        .unwrap_or_else(|| panic!("no package {program} under labs/"));
+    let field = flag.trim_start_matches("--").replace('-', "_");
+    assert!(main.contains(&field), "{program} has no {flag}");
+}

@@ -192,10 +192,13 @@ impl Blueprint {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum Arch {
     /// [`mlp`] with [`MlpConfig::default`].
+    #[value(help = "MLP 784→256→10 (ReLU)")]
     Mlp,
     /// [`cnn`].
+    #[value(help = "the classic CNN: 2 conv + 2 linear layers, 225 k parameters")]
     Cnn,
     /// [`resnet`] with [`ResNetConfig::default`].
+    #[value(help = "a small ResNet: 3 stages of basic blocks with batch norm")]
     Resnet,
 }
 
@@ -532,6 +535,20 @@ mod tests {
     use super::*;
     use std::collections::BTreeSet;
     use tch::{Device, nn::OptimizerConfig};
+
+    /// `--model`'s help once showed rustdoc markup and a wrong size: it now says the
+    /// CNN's parameter count, which must stay true.
+    #[test]
+    fn model_help_states_the_cnn_parameter_count() {
+        use clap::ValueEnum;
+        let vs = nn::VarStore::new(Device::Cpu);
+        let _ = cnn().build(&vs.root());
+        let n: i64 = vs.trainable_variables().iter().map(|t| t.numel() as i64).sum();
+        assert_eq!(n, 225_034);
+        let help = Arch::Cnn.to_possible_value().unwrap();
+        let help = help.get_help().unwrap().to_string();
+        assert!(help.contains("225 k") && !help.contains('['), "{help}");
+    }
 
     /// Deterministic inputs from the synthetic set's own generator: the global torch
     /// RNG is shared by the tests running in parallel, so `manual_seed` + `randn`

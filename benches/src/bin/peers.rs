@@ -465,7 +465,7 @@ fn plan_ringside(select: &[&str], args: &Args, sweep: &Sweep) -> Plan {
         .arg(args.world.to_string())
         .args(select)
         .args(sweep_flags(sweep))
-        .arg("--json");
+        .arg("--jsonl");
     Plan::Run(vec![cmd], None)
 }
 
