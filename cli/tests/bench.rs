@@ -307,7 +307,7 @@ fn sweep_and_bench_size_flags_agree() {
     }
     let flags: Vec<&str> = sweep
         .lines()
-        .filter_map(|l| l.trim_start().split_whitespace().next())
+        .filter_map(|l| l.split_whitespace().next())
         .collect();
     assert!(
         flags.contains(&"--jsonl") && !flags.contains(&"--json"),
