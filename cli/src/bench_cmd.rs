@@ -200,12 +200,15 @@ pub fn parse_labels(list: &[String], transport: TransportKind) -> anyhow::Result
     Ok(out)
 }
 
-/// nccl-tests' size progression: `-f` multiplies, `-i` (when > 0) adds.
-pub fn sizes(min: usize, max: usize, factor: usize, step: usize) -> Vec<usize> {
-    measure::size::sizes(min as u64, max as u64, factor as u64, step as u64)
-        .into_iter()
-        .map(|s| s as usize)
-        .collect()
+/// nccl-tests' size progression: `-f` multiplies, `-i` (when > 0) adds; flags
+/// that would measure nothing are an error.
+pub fn sizes(min: usize, max: usize, factor: usize, step: usize) -> anyhow::Result<Vec<usize>> {
+    Ok(
+        measure::size::sweep_sizes(min as u64, max as u64, factor as u64, step as u64)?
+            .into_iter()
+            .map(|s| s as usize)
+            .collect(),
+    )
 }
 
 /// One side (out-of-place or in-place) of a table row.
@@ -356,12 +359,30 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     if args.iters == 0 {
         bail!("-n must be at least 1");
     }
+    // Flags that would measure nothing fail here, before any rank starts.
+    let sizes = sizes(args.min_bytes, args.max_bytes, args.factor, args.step)?;
     let timeout = args.connect.timeout()?;
     let rdv = match job::start_rank(args.spawn.nproc, timeout)? {
         Err(code) => return Ok(code),
         Ok(r) => r,
     };
     let (me, world) = (rdv.info.rank, rdv.info.world_size);
+    let largest = collectives
+        .iter()
+        .map(|&collective| {
+            let case = Case {
+                collective,
+                dtype: args.dtype,
+                op: args.op,
+                root: 0,
+                in_place: false,
+                bytes: sizes.last().copied().unwrap_or(0),
+            };
+            bench::bytes_needed(&case, world)
+        })
+        .max()
+        .unwrap_or(0);
+    bench::check_fits(largest, rdv.info.local_world_size, bench::available_bytes())?;
     if args.root >= world {
         bail!(
             "-r {}: the root must be a rank of this {world}-rank job",
@@ -385,7 +406,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         check: args.check != 0,
         combine: args.combine,
     };
-    let sizes = sizes(args.min_bytes, args.max_bytes, args.factor, args.step);
     let say = |s: &str| {
         if lead {
             println!("{s}");
@@ -594,8 +614,8 @@ mod tests {
 
     #[test]
     fn sizes_step_or_multiply() {
-        assert_eq!(sizes(8, 32, 2, 0), vec![8, 16, 32]);
-        assert_eq!(sizes(8, 32, 2, 8), vec![8, 16, 24, 32]);
+        assert_eq!(sizes(8, 32, 2, 0).unwrap(), vec![8, 16, 32]);
+        assert_eq!(sizes(8, 32, 2, 8).unwrap(), vec![8, 16, 24, 32]);
     }
 
     #[test]

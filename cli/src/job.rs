@@ -12,10 +12,13 @@ pub use collectives::job::{JobArgs, Joined};
 /// Parses `8`, `4K`, `1M`, `64MiB`, `1G` into bytes (powers of 1024, as
 /// nccl-tests; the one size syntax is `measure::size::parse_size`).
 pub fn parse_size(s: &str) -> Result<usize, String> {
-    measure::size::parse_size(s)
-        .ok()
-        .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| format!("{s:?} is not a size (examples: 8, 4K, 1M, 64MiB)"))
+    let n = measure::size::parse_size(s).map_err(|e| {
+        format!(
+            "{s:?} is not a size: {} (examples: 8, 4K, 1M, 64MiB)",
+            e.why
+        )
+    })?;
+    usize::try_from(n).map_err(|_| format!("{s:?} is not a size: number too large"))
 }
 
 /// Says why this job cannot run `backend` when it needs a launcher the job
@@ -48,6 +51,10 @@ mod tests {
         assert_eq!(parse_size("4K"), Ok(4096));
         assert_eq!(parse_size("64MiB"), Ok(64 << 20));
         let err = parse_size("lots").unwrap_err();
-        assert_eq!(err, "\"lots\" is not a size (examples: 8, 4K, 1M, 64MiB)");
+        assert_eq!(
+            err,
+            "\"lots\" is not a size: expected digits with an optional K/M/G suffix \
+             (examples: 8, 4K, 1M, 64MiB)"
+        );
     }
 }

@@ -35,8 +35,15 @@ pub fn run(args: ReportArgs) -> anyhow::Result<i32> {
     };
     let mut opts = reports::ReportOptions::new(&out);
     opts.charts.font = args.font;
-    let report = reports::write_report(&args.files, &opts)
-        .with_context(|| format!("cannot write the report into {}", out.display()))?;
+    // Only a failed write is about the output folder: a bad input names its
+    // file itself (it was once reported as "cannot write the report into …").
+    let report = match reports::write_report(&args.files, &opts) {
+        Err(e @ reports::Error::Write { .. }) => {
+            return Err(e)
+                .with_context(|| format!("cannot write the report into {}", out.display()));
+        }
+        other => other?,
+    };
     print!("{}", report.summary);
     println!(
         "wrote {} ({} charts as SVG and PNG beside it)",

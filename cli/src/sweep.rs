@@ -63,6 +63,8 @@ pub fn table_row(m: &Measurement) -> String {
 }
 
 pub fn run(args: SweepArgs) -> anyhow::Result<i32> {
+    // Flags that would measure nothing fail here, before any rank starts.
+    let sizes = bench::sizes(args.min_bytes.max(4), args.max_bytes, args.factor)?;
     let Joined { rdv, comm, timeout } = match args.job.join("sweep/")? {
         Ok(j) => j,
         Err(code) => return Ok(code),
@@ -79,7 +81,19 @@ pub fn run(args: SweepArgs) -> anyhow::Result<i32> {
         ),
         (b, _) => format!("ringside-{b}"),
     };
-    let sizes = bench::sizes(args.min_bytes.max(4), args.max_bytes, args.factor);
+    let largest = bench::Case {
+        collective: collectives::Collective::AllReduce,
+        dtype: collectives::DType::F32,
+        op: collectives::ReduceOp::Sum,
+        root: 0,
+        in_place: true,
+        bytes: sizes.last().copied().unwrap_or(0),
+    };
+    bench::check_fits(
+        bench::bytes_needed(&largest, comm.world_size()),
+        rdv.info.local_world_size,
+        bench::available_bytes(),
+    )?;
     let bar = progress::bar(
         lead && !args.jsonl,
         Some(sizes.len() as u64),

@@ -132,7 +132,20 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         lead.then(|| out_dir.join("bench.json")),
         manifest::manifest(&measure::build!(), rdv.info.world_size, "per lane", "max"),
     );
-    let sizes = bench::sizes(4, args.max_bytes, 4);
+    let sizes = bench::sizes(4, args.max_bytes, 4)?;
+    let largest = bench::Case {
+        collective: Collective::AllReduce,
+        dtype: DType::F32,
+        op: ReduceOp::Sum,
+        root: 0,
+        in_place: false,
+        bytes: sizes.last().copied().unwrap_or(0),
+    };
+    bench::check_fits(
+        bench::bytes_needed(&largest, rdv.info.world_size),
+        rdv.info.local_world_size,
+        bench::available_bytes(),
+    )?;
     say("1. Every collective, checked exactly against a sequential reference".into());
     let mut failed = 0;
     // One label at a time, its communicator dropped before the next connects:

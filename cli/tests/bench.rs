@@ -314,3 +314,59 @@ fn sweep_and_bench_size_flags_agree() {
         "{sweep}"
     );
 }
+
+/// `-b 1M -e 4K`, `-f 1`, `-f 0` and `-e 0` exited 0 with "0 OK" having measured
+/// nothing; `-e 200G` allocated until the OOM killer fired; `-e 17179869184G`
+/// wrapped to 0. Each is now an error that says why, before anything is allocated.
+#[test]
+fn bench_sizes_that_measure_nothing_or_exceed_memory_are_errors() {
+    for (flags, why) in [
+        (&["-b", "1M", "-e", "4K"][..], "above the largest"),
+        (&["-f", "1"][..], "-f must be 2"),
+        (&["-f", "0"][..], "-f must be 2"),
+        (&["-e", "0"][..], "is 0"),
+        (&["-e", "17179869184G"][..], "too large"),
+        (&["-e", "200G", "-n", "1"][..], "GiB is available"),
+    ] {
+        for cmd in ["bench", "sweep"] {
+            let out = common::clean_launch_env(
+                Command::new(RINGSIDE)
+                    .args([cmd, "--nproc", "2"])
+                    .args(flags)
+                    .env("RUST_BACKTRACE", "0"),
+            )
+            .output()
+            .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{cmd} {flags:?} succeeded");
+            assert!(err.contains(why), "{cmd} {flags:?}: {err}");
+        }
+    }
+}
+
+/// `ringside report empty.json` said "cannot write the report into …" for what
+/// was a bad input: the error names the input.
+#[test]
+fn report_of_a_bad_input_names_the_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.json");
+    std::fs::write(&empty, "").unwrap();
+    for input in [
+        empty,
+        dir.path().join("missing.json"),
+        dir.path().to_path_buf(),
+    ] {
+        let out = Command::new(RINGSIDE)
+            .arg("report")
+            .arg(&input)
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(
+            err.contains(&input.display().to_string()) && !err.contains("cannot write"),
+            "{err}"
+        );
+    }
+}

@@ -66,6 +66,30 @@ pub fn sizes(min: u64, max: u64, factor: u64, step: u64) -> Vec<u64> {
     out
 }
 
+/// [`sizes`] for a sweep's flags (`-b min -e max -f factor -i step`), refusing
+/// flags that would measure nothing or loop forever: a minimum above the maximum,
+/// a maximum of 0, a factor below 2 with no step (unless min = max: one size).
+/// A sweep that measured nothing used to end with a green "0 OK".
+pub fn sweep_sizes(min: u64, max: u64, factor: u64, step: u64) -> Result<Vec<u64>, SizeError> {
+    let flags = || format!("-b {} -e {} -f {factor} -i {step}", human(min), human(max));
+    let bad = |why| {
+        Err(SizeError {
+            input: flags(),
+            why,
+        })
+    };
+    if max == 0 {
+        return bad("the largest size (-e) is 0: nothing to measure");
+    }
+    if min > max {
+        return bad("the smallest size (-b) is above the largest (-e): nothing to measure");
+    }
+    if step == 0 && factor < 2 && min < max {
+        return bad("-f must be 2 or more (or -i above 0) for the sizes to grow from -b to -e");
+    }
+    Ok(sizes(min, max, factor, step))
+}
+
 /// Short form for flags and progress bars: `64M`, `4K`, `1000`.
 pub fn human(bytes: u64) -> String {
     match bytes {
@@ -137,6 +161,34 @@ pub fn sig3(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `-b 1M -e 4K`, `-f 1`, `-f 0` and `-e 0` exited 0 with "0 OK" having
+    /// measured nothing, or one size.
+    #[test]
+    fn sweeps_that_would_measure_nothing_are_errors() {
+        for (min, max, f, why) in [
+            (1 << 20, 4 << 10, 2, "above the largest"),
+            (8, 64 << 20, 1, "-f must be 2"),
+            (8, 64 << 20, 0, "-f must be 2"),
+            (8, 0, 2, "is 0"),
+        ] {
+            let e = sweep_sizes(min, max, f, 0).unwrap_err();
+            assert!(e.to_string().contains(why), "{e}");
+            assert!(e.to_string().contains("-b "), "{e}");
+        }
+        assert_eq!(sweep_sizes(8, 8, 1, 0).unwrap(), [8]);
+        assert_eq!(sweep_sizes(8, 32, 1, 8).unwrap(), [8, 16, 24, 32]);
+        assert_eq!(sweep_sizes(8, 32, 2, 0).unwrap(), [8, 16, 32]);
+    }
+
+    /// `-e 17179869184G` wrapped to 0 and measured nothing.
+    #[test]
+    fn sizes_that_overflow_are_errors() {
+        for s in ["17179869184G", "18446744073709551616", "16777216T"] {
+            assert!(parse_size(s).is_err(), "{s}");
+        }
+        assert_eq!(parse_size("18446744073709551615"), Ok(u64::MAX));
+    }
 
     #[test]
     fn parse_size_accepts_suffixes() {

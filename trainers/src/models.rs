@@ -543,7 +543,11 @@ mod tests {
         use clap::ValueEnum;
         let vs = nn::VarStore::new(Device::Cpu);
         let _ = cnn().build(&vs.root());
-        let n: i64 = vs.trainable_variables().iter().map(|t| t.numel() as i64).sum();
+        let n: i64 = vs
+            .trainable_variables()
+            .iter()
+            .map(|t| t.numel() as i64)
+            .sum();
         assert_eq!(n, 225_034);
         let help = Arch::Cnn.to_possible_value().unwrap();
         let help = help.get_help().unwrap().to_string();

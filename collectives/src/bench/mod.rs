@@ -13,9 +13,12 @@
 //! rooted, how to call it, bus factor) is in their descriptors
 //! ([`crate::collective`]); this file is the one shared harness.
 
+mod memory;
+
 use std::time::Instant;
 
 pub use crate::collective::Shape;
+pub use memory::{available_bytes, bytes_needed, check_fits};
 
 use crate::aligned::Aligned;
 use crate::collective;
@@ -377,12 +380,12 @@ pub fn summarize(v: &mut [f64]) -> (f64, f64, f64) {
 }
 
 /// Sizes from `min` to `max` bytes, multiplying by `factor` (nccl-tests
-/// `-b -e -f`; the one progression is `measure::size::sizes`).
-pub fn sizes(min: usize, max: usize, factor: usize) -> Vec<usize> {
-    measure::size::sizes(min as u64, max as u64, factor as u64, 0)
-        .into_iter()
-        .map(|s| s as usize)
-        .collect()
+/// `-b -e -f`; the one progression is `measure::size::sweep_sizes`), refusing
+/// flags that would measure nothing.
+pub fn sizes(min: usize, max: usize, factor: usize) -> Result<Vec<usize>> {
+    measure::size::sweep_sizes(min as u64, max as u64, factor as u64, 0)
+        .map(|v| v.into_iter().map(|s| s as usize).collect())
+        .map_err(|e| Error::InvalidArgument(e.to_string()))
 }
 
 #[cfg(test)]
@@ -411,7 +414,8 @@ mod tests {
 
     #[test]
     fn sizes_multiply() {
-        assert_eq!(sizes(8, 64, 2), vec![8, 16, 32, 64]);
-        assert_eq!(sizes(1 << 20, 4 << 20, 4), vec![1 << 20, 4 << 20]);
+        assert_eq!(sizes(8, 64, 2).unwrap(), vec![8, 16, 32, 64]);
+        assert_eq!(sizes(1 << 20, 4 << 20, 4).unwrap(), vec![1 << 20, 4 << 20]);
+        assert!(sizes(64, 8, 2).is_err());
     }
 }

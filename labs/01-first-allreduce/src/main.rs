@@ -79,7 +79,11 @@ fn run(args: Args) -> anyhow::Result<()> {
             measure::size::human(max)
         );
     }
-    for bytes in measure::size::sizes(8, max, 4, 0) {
+    // The bench's rules: no sweep that measures nothing, none beyond memory (the
+    // by-hand version holds its buffer and, on rank 0, one receive buffer).
+    let sizes = measure::size::sweep_sizes(8, max, 4, 0)?;
+    bench::check_fits(2 * max, world, bench::available_bytes())?;
+    for bytes in sizes {
         let count = (bytes / 8) as usize;
         let iters = if args.quick { 5 } else { iterations(bytes) };
         let mut buf = vec![1.0f64; count];
