@@ -382,7 +382,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         })
         .max()
         .unwrap_or(0);
-    bench::check_fits(largest, rdv.info.local_world_size, bench::available_bytes())?;
+    bench::check_fits(
+        largest,
+        rdv.info.local_world_size,
+        bench::available_bytes(),
+        "-e",
+    )?;
     if args.root >= world {
         bail!(
             "-r {}: the root must be a rank of this {world}-rank job",

@@ -93,6 +93,7 @@ pub fn run(args: SweepArgs) -> anyhow::Result<i32> {
         bench::bytes_needed(&largest, comm.world_size()),
         rdv.info.local_world_size,
         bench::available_bytes(),
+        "-e",
     )?;
     let bar = progress::bar(
         lead && !args.jsonl,

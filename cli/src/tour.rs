@@ -145,6 +145,7 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         bench::bytes_needed(&largest, rdv.info.world_size),
         rdv.info.local_world_size,
         bench::available_bytes(),
+        "--max-bytes",
     )?;
     say("1. Every collective, checked exactly against a sequential reference".into());
     let mut failed = 0;

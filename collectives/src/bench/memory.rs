@@ -44,8 +44,14 @@ fn mem_available(meminfo: &str) -> Option<u64> {
 }
 
 /// Refuses a sweep whose largest case needs more than `available` bytes for
-/// `local_ranks` ranks of `needed_per_rank` each, with the figures in the error.
-pub fn check_fits(needed_per_rank: u64, local_ranks: usize, available: Option<u64>) -> Result<()> {
+/// `local_ranks` ranks of `needed_per_rank` each, with the figures in the error
+/// and the flag (`size_flag`) that lowers it.
+pub fn check_fits(
+    needed_per_rank: u64,
+    local_ranks: usize,
+    available: Option<u64>,
+    size_flag: &str,
+) -> Result<()> {
     let Some(available) = available else {
         return Ok(());
     };
@@ -56,7 +62,7 @@ pub fn check_fits(needed_per_rank: u64, local_ranks: usize, available: Option<u6
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
     Err(Error::InvalidArgument(format!(
         "the largest size needs about {:.1} GiB per rank ({:.1} GiB for the {} ranks on this \
-         machine), and only {:.1} GiB is available (MemAvailable, ulimit -v): lower -e",
+         machine), and only {:.1} GiB is available (MemAvailable, ulimit -v): lower {size_flag}",
         gib(needed_per_rank),
         gib(total),
         local_ranks.max(1),
@@ -97,13 +103,15 @@ mod tests {
     #[test]
     fn a_sweep_larger_than_memory_is_refused_with_the_figures() {
         let need = bytes_needed(&case(Collective::AllReduce, 200 << 30), 2);
-        let e = check_fits(need, 2, Some(20 << 30)).unwrap_err().to_string();
+        let e = check_fits(need, 2, Some(20 << 30), "-e")
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("800.0 GiB") && e.contains("20.0 GiB") && e.contains("-e"),
             "{e}"
         );
-        assert!(check_fits(need, 2, Some(u64::MAX)).is_ok());
-        assert!(check_fits(need, 2, None).is_ok());
+        assert!(check_fits(need, 2, Some(u64::MAX), "-e").is_ok());
+        assert!(check_fits(need, 2, None, "-e").is_ok());
         assert!(available_bytes().is_some_and(|b| b > 0));
     }
 

@@ -82,7 +82,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     // The bench's rules: no sweep that measures nothing, none beyond memory (the
     // by-hand version holds its buffer and, on rank 0, one receive buffer).
     let sizes = measure::size::sweep_sizes(8, max, 4, 0)?;
-    bench::check_fits(2 * max, world, bench::available_bytes())?;
+    bench::check_fits(2 * max, world, bench::available_bytes(), "--max-size")?;
     for bytes in sizes {
         let count = (bytes / 8) as usize;
         let iters = if args.quick { 5 } else { iterations(bytes) };
