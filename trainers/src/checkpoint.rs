@@ -14,8 +14,11 @@
 //! * in the string metadata (`__metadata__`): `format` and `format_version`, the
 //!   counters of a [`TrainState`] (`epoch`, `batch_in_epoch`, `step`, `seed`), the
 //!   optimizer's hyper-parameters (`optimizer.lr`, ...), free-form `extra.*` entries,
-//!   and `sha256`: a SHA-256 over every tensor's name, dtype, shape and bytes, in name
-//!   order, checked on load.
+//!   `sha256`: a SHA-256 over every tensor's name, dtype, shape and bytes, in name
+//!   order, and `metadata_sha256`: a SHA-256 over every other metadata entry (key and
+//!   value, in key order), both checked on load. Everything resume trusts is covered:
+//!   version 1 files checksummed the tensors only, and a changed digit in
+//!   `optimizer.lr` loaded silently.
 //!
 //! # Randomness
 //!
@@ -71,7 +74,7 @@ use crate::{Error, Result};
 /// The `format` metadata value of our checkpoints.
 pub const FORMAT: &str = "ringside.checkpoint";
 /// The layout version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Prefix of the optimizer's momentum buffers among the tensor names.
 pub const MOMENTUM_PREFIX: &str = "optimizer.momentum_buffer.";
 /// The prefix PyTorch's `DistributedDataParallel` puts before its model's names.
@@ -170,7 +173,7 @@ pub fn load(path: impl AsRef<Path>, vs: &VarStore, opt: Option<&mut Sgd>) -> Res
             "has no metadata: not a ringside checkpoint (use load_weights for plain safetensors files)",
         )
     })?;
-    check_format(path, meta)?;
+    check_format(path, meta, false)?;
     let state = read_state(path, meta)?;
     let optimizer = read_optimizer(path, meta)?;
 
@@ -236,7 +239,7 @@ pub fn load_weights(path: impl AsRef<Path>, vs: &VarStore) -> Result<Vec<String>
     })?;
     let file = parse(path, &bytes)?;
     if let Some(meta) = file.metadata.as_ref().filter(|m| m.contains_key("format")) {
-        check_format(path, meta)?;
+        check_format(path, meta, true)?;
     }
     let (model, momentum) = split_names(path, &file.tensors)?;
     let copies = plan_model_copies(path, vs, &model, false)?;
@@ -273,7 +276,7 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Info> {
         .metadata
         .as_ref()
         .ok_or_else(|| bad(path, "has no metadata: not a ringside checkpoint"))?;
-    check_format(path, meta)?;
+    check_format(path, meta, false)?;
     let (model, momentum) = split_names(path, &file.tensors)?;
     Ok(Info {
         state: read_state(path, meta)?,
@@ -377,6 +380,28 @@ fn checksum<'a>(tensors: impl IntoIterator<Item = (&'a str, &'a Raw)>) -> String
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The metadata keys that hold checksums, and so are not covered by
+/// [`metadata_checksum`].
+const CHECKSUM_KEYS: [&str; 2] = ["sha256", "metadata_sha256"];
+
+/// SHA-256 over every metadata entry but the checksums, in key order, key and value
+/// length-prefixed.
+fn metadata_checksum(meta: &HashMap<String, String>) -> String {
+    let mut entries: Vec<(&String, &String)> = meta
+        .iter()
+        .filter(|(k, _)| !CHECKSUM_KEYS.contains(&k.as_str()))
+        .collect();
+    entries.sort();
+    let mut h = Sha256::new();
+    for (k, v) in entries {
+        for bytes in [k.as_bytes(), v.as_bytes()] {
+            h.update((bytes.len() as u64).to_le_bytes());
+            h.update(bytes);
+        }
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn serialize(path: &Path, vs: &VarStore, opt: Option<&Sgd>, state: &TrainState) -> Result<Vec<u8>> {
     let mut tensors: BTreeMap<String, Raw> = BTreeMap::new();
     let mut insert = |name: String, t: &Tensor| -> Result<()> {
@@ -425,6 +450,8 @@ fn serialize(path: &Path, vs: &VarStore, opt: Option<&Sgd>, state: &TrainState) 
         "sha256".into(),
         checksum(tensors.iter().map(|(n, r)| (n.as_str(), r))),
     );
+    let covered = metadata_checksum(&meta);
+    meta.insert("metadata_sha256".into(), covered);
     let views = tensors.iter().map(|(n, r)| (n.as_str(), r));
     safetensors::tensor::serialize(views, &Some(meta))
         .map_err(|e| bad(path, &format!("cannot serialize: {e}")))
@@ -465,10 +492,23 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Parsed> {
             ));
         }
     }
+    if let Some(meta) = &metadata
+        && let Some(want) = meta.get("metadata_sha256")
+        && *want != metadata_checksum(meta)
+    {
+        return Err(bad(
+            path,
+            "metadata checksum mismatch: an entry of the header (a counter, the seed or an \
+             optimizer setting) was changed after the file was written; the file is corrupt \
+             and was not used",
+        ));
+    }
     Ok(Parsed { tensors, metadata })
 }
 
-fn check_format(path: &Path, meta: &HashMap<String, String>) -> Result<()> {
+/// Checks the format, its version and the checksum entries. `weights_only` readers
+/// (which trust only the checksummed tensors) also accept version 1.
+fn check_format(path: &Path, meta: &HashMap<String, String>, weights_only: bool) -> Result<()> {
     match meta.get("format").map(String::as_str) {
         Some(FORMAT) => {}
         Some(other) => {
@@ -487,14 +527,39 @@ fn check_format(path: &Path, meta: &HashMap<String, String>) -> Result<()> {
     let version = meta
         .get("format_version")
         .ok_or_else(|| bad(path, "has no `format_version` entry"))?;
-    if version.parse::<u32>().ok() != Some(FORMAT_VERSION) {
-        return Err(bad(
-            path,
-            &format!("format version {version:?}; this build reads version {FORMAT_VERSION} only"),
-        ));
+    match version.parse::<u32>().ok() {
+        Some(FORMAT_VERSION) => {}
+        Some(1) if weights_only => {
+            return if meta.contains_key("sha256") {
+                Ok(())
+            } else {
+                Err(bad(path, "has no `sha256` checksum entry"))
+            };
+        }
+        Some(1) => {
+            return Err(bad(
+                path,
+                &format!(
+                    "format version 1: written before the metadata was checksummed, so its \
+                     counters and optimizer settings cannot be trusted; this build reads \
+                     version {FORMAT_VERSION} (load its weights with `load_weights`, which \
+                     uses only the checksummed tensors)"
+                ),
+            ));
+        }
+        _ => {
+            return Err(bad(
+                path,
+                &format!(
+                    "format version {version:?}; this build reads version {FORMAT_VERSION} only"
+                ),
+            ));
+        }
     }
-    if !meta.contains_key("sha256") {
-        return Err(bad(path, "has no `sha256` checksum entry"));
+    for key in CHECKSUM_KEYS {
+        if !meta.contains_key(key) {
+            return Err(bad(path, &format!("has no `{key}` checksum entry")));
+        }
     }
     Ok(())
 }
@@ -652,6 +717,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    remove_stale_temporaries(&dir, &name);
     let tmp = dir.join(format!(
         ".{name}.tmp.{}.{}",
         std::process::id(),
@@ -676,6 +742,34 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     File::open(&dir)
         .and_then(|d| d.sync_all())
         .map_err(io(&dir))
+}
+
+/// Removes `.{name}.tmp.<pid>.<n>` files whose writer is gone (a SIGKILL or a full
+/// disk mid-write leaves one behind, as large as a checkpoint). A live writer's file
+/// (another process saving into the same folder) is left alone. Best effort: a file
+/// that cannot be removed is only left over, as before.
+fn remove_stale_temporaries(dir: &Path, name: &str) {
+    let prefix = format!(".{name}.tmp.");
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let Some(rest) = file.to_str().and_then(|f| f.strip_prefix(&prefix)) else {
+            continue;
+        };
+        let Some(pid) = rest.split('.').next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        // kill(pid, 0) probes without signalling: ESRCH means no such process.
+        // SAFETY: signal 0 sends nothing.
+        let gone = pid > 0
+            && unsafe { libc::kill(pid, 0) } == -1
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
 }
 
 #[cfg(test)]

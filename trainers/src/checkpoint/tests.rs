@@ -343,12 +343,18 @@ fn fc2_only() -> Run {
     Run::new(bp)
 }
 
-/// Rewrites a checkpoint's metadata (keeping its tensors), for format tests.
+/// Rewrites a checkpoint's metadata (keeping its tensors) as a writer of another
+/// version would, sealing it with a fresh metadata checksum, for format tests.
 fn rewrite_metadata(file: &Path, edit: impl FnOnce(&mut HashMap<String, String>)) {
     let bytes = fs::read(file).unwrap();
     let parsed = parse(file, &bytes).unwrap();
     let mut meta = parsed.metadata.unwrap();
+    let sealed = meta.contains_key("metadata_sha256");
     edit(&mut meta);
+    if sealed && meta.contains_key("metadata_sha256") {
+        let sum = metadata_checksum(&meta);
+        meta.insert("metadata_sha256".into(), sum);
+    }
     let views = parsed.tensors.iter().map(|(n, r)| (n.as_str(), r));
     fs::write(
         file,
@@ -364,10 +370,10 @@ fn other_format_versions_and_foreign_files_are_refused_by_load() {
     let run = Run::new(models::mlp(&small_mlp(8)));
     save(&file, &run.vs, None, &TrainState::default()).unwrap();
     rewrite_metadata(&file, |m| {
-        m.insert("format_version".into(), "2".into());
+        m.insert("format_version".into(), "3".into());
     });
     let e = load(&file, &run.vs, None).unwrap_err().to_string();
-    assert!(e.contains("format version \"2\""), "{e}");
+    assert!(e.contains("format version \"3\""), "{e}");
 
     save(&file, &run.vs, None, &TrainState::default()).unwrap();
     rewrite_metadata(&file, |m| {
@@ -382,6 +388,75 @@ fn other_format_versions_and_foreign_files_are_refused_by_load() {
     });
     let e = load(&file, &run.vs, None).unwrap_err().to_string();
     assert!(e.contains("`step`"), "{e}");
+}
+
+/// One changed digit of `optimizer.lr` in the header (0.02 → 5.02) loaded silently
+/// when only the tensors were checksummed: the loss went to NaN and the next save
+/// overwrote the file. Any metadata change is now a mismatch naming the file, the
+/// model and optimizer stay as they were, and the file is left alone.
+#[test]
+fn changed_metadata_digit_is_a_checksum_error_and_nothing_is_overwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("m.safetensors");
+    let run = Run::new(models::mlp(&small_mlp(8)));
+    let state = TrainState {
+        step: 120,
+        seed: 42,
+        ..Default::default()
+    };
+    save(&file, &run.vs, Some(&run.opt), &state).unwrap();
+    let good = fs::read(&file).unwrap();
+    let header_len = u64::from_le_bytes(good[..8].try_into().unwrap()) as usize;
+    let header = String::from_utf8(good[8..8 + header_len].to_vec()).unwrap();
+    let target = Run::new(models::mlp(&small_mlp(8)));
+    let before = snapshot(&target.vs);
+    for (key, value) in [
+        ("optimizer.lr", SGD.lr.to_string()),
+        ("step", "120".to_string()),
+        ("seed", "42".to_string()),
+        ("optimizer.momentum", SGD.momentum.to_string()),
+    ] {
+        let entry = format!("\"{key}\":\"{value}\"");
+        let at = header
+            .find(&entry)
+            .unwrap_or_else(|| panic!("{entry} in {header}"));
+        // Same length, one digit changed: the header still parses.
+        let digit = 8 + at + entry.len() - 2;
+        let mut bytes = good.clone();
+        bytes[digit] = if bytes[digit] == b'5' { b'6' } else { b'5' };
+        fs::write(&file, &bytes).unwrap();
+        let mut opt = Run::new(models::mlp(&small_mlp(8))).opt;
+        let e = load(&file, &target.vs, Some(&mut opt))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("metadata checksum mismatch") && e.contains("m.safetensors"),
+            "{key}: {e}"
+        );
+        assert!(inspect(&file).is_err(), "{key}");
+        assert_same(&snapshot(&target.vs), &before, "after a tampered load");
+        assert_eq!(fs::read(&file).unwrap(), bytes, "the file was rewritten");
+    }
+}
+
+/// Version 1 files checksummed only the tensors: `load` (which trusts the counters
+/// and optimizer settings) refuses them saying why; `load_weights` still reads them.
+#[test]
+fn version_1_files_load_weights_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("v1.safetensors");
+    let run = Run::new(models::mlp(&small_mlp(8)));
+    save(&file, &run.vs, Some(&run.opt), &TrainState::default()).unwrap();
+    rewrite_metadata(&file, |m| {
+        m.insert("format_version".into(), "1".into());
+        m.remove("metadata_sha256");
+    });
+    let e = load(&file, &run.vs, None).unwrap_err().to_string();
+    assert!(
+        e.contains("format version 1") && e.contains("load_weights"),
+        "{e}"
+    );
+    load_weights(&file, &run.vs).unwrap();
 }
 
 /// A model built under `module` (as a DDP wrapper names it) saves plain names; a
@@ -677,4 +752,36 @@ fn sigkill_then_resume_matches_uninterrupted_training() {
          {} leftover temporary file(s)",
         temp_files(dir.path()).len()
     );
+}
+
+/// A `.<name>.tmp.<pid>.<n>` left by a killed or disk-full write stayed forever (as
+/// large as a checkpoint): the next save removes those of dead writers, and leaves a
+/// live writer's alone.
+#[test]
+fn stale_temporary_of_a_dead_writer_is_removed_by_the_next_save() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("s.safetensors");
+    // A pid that has exited: a child we waited for.
+    let dead = Command::new("true").spawn().unwrap();
+    let dead_pid = dead.id();
+    let mut dead = dead;
+    dead.wait().unwrap();
+    let stale = dir.path().join(format!(".s.safetensors.tmp.{dead_pid}.0"));
+    let live = dir
+        .path()
+        .join(format!(".s.safetensors.tmp.{}.99", std::process::id()));
+    let other = dir
+        .path()
+        .join(format!(".other.safetensors.tmp.{dead_pid}.0"));
+    for f in [&stale, &live, &other] {
+        fs::write(f, b"partial").unwrap();
+    }
+    let run = Run::new(models::mlp(&small_mlp(8)));
+    save(&file, &run.vs, None, &TrainState::default()).unwrap();
+    assert!(
+        !stale.exists(),
+        "the dead writer's temporary is still there"
+    );
+    assert!(live.exists(), "a live writer's temporary was removed");
+    assert!(other.exists(), "another checkpoint's temporary was removed");
 }
