@@ -433,14 +433,16 @@ fn slurm_master(get: Get<'_>, launcher: Launcher) -> Result<Option<String>> {
     Ok(None)
 }
 
-/// The address rank 0's store listens on: the master address itself if it
-/// is a loopback or wildcard address, else every interface (other hosts must
-/// reach it by whatever name MASTER_ADDR gives).
+/// The address rank 0's store listens on: the master address itself when it is
+/// an IP address (the store listens only where it was told, not on every
+/// interface), except an IPv6 link-local one, which needs a scope to bind; for a
+/// host name, every interface: Debian maps a machine's own name to 127.0.1.1 in
+/// `/etc/hosts`, so binding the resolved name would hide the store from the other
+/// hosts that reach it by that name.
 pub fn bind_addr(master_addr: &str, port: u16) -> SocketAddr {
     let ip = match master_addr.parse::<IpAddr>() {
-        Ok(ip) if ip.is_loopback() || ip.is_unspecified() => ip,
-        Ok(IpAddr::V6(_)) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-        Ok(IpAddr::V4(_)) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        Ok(IpAddr::V6(v6)) if v6.is_unicast_link_local() => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        Ok(ip) => ip,
         Err(_) if master_addr.eq_ignore_ascii_case("localhost") => IpAddr::V4(Ipv4Addr::LOCALHOST),
         Err(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
     };

@@ -262,10 +262,10 @@ fn slurm_list_helpers() {
 }
 
 #[test]
-fn bind_addr_keeps_loopback_and_opens_others() {
+fn bind_addr_listens_only_where_it_was_told() {
     assert_eq!(bind_addr("127.0.0.1", 5).to_string(), "127.0.0.1:5");
     assert_eq!(bind_addr("localhost", 5).to_string(), "127.0.0.1:5");
-    assert_eq!(bind_addr("10.1.2.3", 5).to_string(), "0.0.0.0:5");
+    assert_eq!(bind_addr("10.1.2.3", 5).to_string(), "10.1.2.3:5");
     assert_eq!(bind_addr("node7", 5).to_string(), "0.0.0.0:5");
     assert_eq!(bind_addr("::1", 5).to_string(), "[::1]:5");
     assert_eq!(bind_addr("fe80::1", 5).to_string(), "[::]:5");

@@ -6,7 +6,7 @@ use std::fmt;
 use std::io::{ErrorKind, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -26,6 +26,11 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 const SERVER_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often the accept loop looks at the stop flag.
 const ACCEPT_POLL: Duration = Duration::from_millis(100);
+/// Connections that have not yet presented the token get at most this many
+/// threads (beyond twice the world size, for a whole job connecting at once):
+/// 3,000 idle connections once made ~2,930 threads. Past it, a new connection is
+/// closed at once; a real rank's client dials again until its deadline.
+pub(super) const MAX_UNAUTHENTICATED: usize = 64;
 
 /// State shared by the server's threads.
 struct Shared {
@@ -37,6 +42,8 @@ struct Shared {
     /// Open connections, so `drop` can unblock their threads.
     conns: Mutex<HashMap<u64, TcpStream>>,
     next_conn: AtomicU64,
+    /// Connections still before their hello (see [`MAX_UNAUTHENTICATED`]).
+    unauthenticated: AtomicUsize,
 }
 
 impl Shared {
@@ -89,6 +96,7 @@ impl StoreServer {
             world_size,
             conns: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(0),
+            unauthenticated: AtomicUsize::new(0),
         });
         let workers = Arc::new(Mutex::new(Vec::new()));
         let accept = {
@@ -191,6 +199,12 @@ fn accept_loop(
         if shared.stop.load(Ordering::SeqCst) {
             break;
         }
+        let limit = MAX_UNAUTHENTICATED + 2 * shared.world_size;
+        if shared.unauthenticated.load(Ordering::SeqCst) >= limit {
+            let _ = stream.shutdown(Shutdown::Both);
+            continue;
+        }
+        shared.unauthenticated.fetch_add(1, Ordering::SeqCst);
         let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
         match stream.try_clone() {
             Ok(clone) => {
@@ -211,6 +225,7 @@ fn accept_loop(
         match spawned {
             Ok(h) => w.push(h),
             Err(_) => {
+                shared.unauthenticated.fetch_sub(1, Ordering::SeqCst);
                 if let Some(s) = shared.conns().remove(&id) {
                     let _ = s.shutdown(Shutdown::Both);
                 }
@@ -231,17 +246,19 @@ fn reply_error(stream: &mut TcpStream, status: u8, msg: &str) -> bool {
 fn serve(mut stream: TcpStream, shared: &Shared) {
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(SERVER_WRITE_TIMEOUT));
-    let hello = match read_frame(&mut stream, MAX_HELLO, Some(Instant::now() + HELLO_TIMEOUT)) {
-        Ok(b) => b,
-        Err(_) => return,
-    };
-    match check_hello(&hello, shared) {
-        Ok(()) => {
+    let hello = read_frame(&mut stream, MAX_HELLO, Some(Instant::now() + HELLO_TIMEOUT));
+    // `None`: the client went away (or never spoke) before its hello.
+    let checked = hello.ok().map(|h| check_hello(&h, shared));
+    // Authenticated, refused or gone: no longer waiting for a hello either way.
+    shared.unauthenticated.fetch_sub(1, Ordering::SeqCst);
+    match checked {
+        None => return,
+        Some(Ok(())) => {
             if !reply(&mut stream, Body::default().u8(ST_OK).bytes(b"")) {
                 return;
             }
         }
-        Err((status, msg)) => {
+        Some(Err((status, msg))) => {
             // Never echo the token: the message only says it did not match.
             reply_error(&mut stream, status, &msg);
             let _ = stream.shutdown(Shutdown::Both);

@@ -305,3 +305,35 @@ fn dropping_the_server_closes_listener_and_connections() {
     // The port is free again: a new store can take it at once.
     drop(StoreServer::bind(addr, token(), 1).unwrap());
 }
+
+/// 3,000 connections that never sent a hello made ~2,930 server threads: past
+/// the cap a new one is closed at once, and a real rank still gets in as soon as
+/// the silent ones give up their slots (here: closed by their owner).
+#[test]
+fn silent_connections_are_capped_and_real_ranks_still_join() {
+    let s = server(2);
+    let addr = s.local_addr();
+    let cap = super::server::MAX_UNAUTHENTICATED + 2 * 2;
+    let silent: Vec<TcpStream> = (0..cap)
+        .map(|_| TcpStream::connect(addr).unwrap())
+        .collect();
+    // Let the accept loop take them all.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut extra = TcpStream::connect(addr).unwrap();
+    extra
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0u8; 1];
+    // Closed by the server: end of file (or a reset), not a read timeout, which is
+    // what a served connection waiting for its hello would give.
+    let got = std::io::Read::read(&mut extra, &mut buf);
+    let closed = match &got {
+        Ok(0) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        Ok(_) => false,
+    };
+    assert!(closed, "a connection past the cap was served: {got:?}");
+    drop(silent);
+    let c = client(&s, 1, 2, Duration::from_secs(10)).unwrap();
+    c.set("k", b"v").unwrap();
+}
