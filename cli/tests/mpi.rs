@@ -81,3 +81,34 @@ fn ringside_spawned_ranks_are_told_mpi_disagrees() {
         "{stderr}"
     );
 }
+
+/// One rank frozen by SIGSTOP under mpirun hung the job forever, while `--help`
+/// promised "seconds any single wait may take": the watchdog now reports the waiting
+/// call on the live rank and ends the job with MPI_Abort.
+#[test]
+fn frozen_rank_under_mpirun_aborts_the_job_after_the_timeout() {
+    let bin = env!("CARGO_BIN_EXE_ringside");
+    // Rank 1 runs the bench in the background and stops it after a second, in the
+    // middle of its iterations.
+    let script = format!(
+        "{bin} bench --backend mpi -b 1M -e 1M -n 1000000 -w 1 --timeout 3 & pid=$!; \
+         if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then sleep 1; kill -STOP $pid; fi; wait $pid"
+    );
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
+        .args(["-x", "MASTER_PORT", "-x", "RUST_BACKTRACE"])
+        .env("RUST_BACKTRACE", "0")
+        .args(["sh", "-c", &script]);
+    let started = std::time::Instant::now();
+    let (out, stdout, stderr) = run(ringside(&mut cmd), Duration::from_secs(90));
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("past the timeout of 3.0 s") && stderr.contains("MPI_Abort"),
+        "{stderr}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        started.elapsed()
+    );
+}

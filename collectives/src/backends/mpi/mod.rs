@@ -29,8 +29,11 @@
 //!   reduction rounds exactly as the reference backend's does.
 //! - Communicators use `MPI_ERRORS_RETURN`: an MPI failure comes back as an
 //!   [`Error::Protocol`] carrying MPI's own error string, not an abort.
-//! - Waits are bounded by MPI, not by [`Options::timeout`]: MPI collectives have
-//!   no timeout. A rank that dies is noticed by the launcher, which ends the job.
+//! - MPI calls cannot be interrupted, so [`Options::timeout`] is kept by a
+//!   watchdog thread, as NCCL's async error handling does: a call that waits
+//!   longer prints an error naming the call, its size and the timeout on the
+//!   waiting rank, then ends the whole job with `MPI_Abort` (exit code 124). A
+//!   rank that dies is noticed by the launcher, which ends the job.
 
 use std::ffi::{c_int, c_void};
 
@@ -45,6 +48,7 @@ use crate::rendezvous::Store;
 use crate::{Backend, Communicator, Input};
 
 mod runtime;
+mod watchdog;
 
 use runtime::*;
 
@@ -64,9 +68,11 @@ pub fn connect(
     _store: &dyn Store,
     rank: usize,
     world: usize,
-    _opts: &Options,
+    opts: &Options,
 ) -> Result<Box<dyn Communicator>> {
-    Ok(Box::new(MpiComm::new(rank, world)?))
+    let mut comm = MpiComm::new(rank, world)?;
+    comm.timeout = opts.timeout;
+    Ok(Box::new(comm))
 }
 
 /// A communicator over a private duplicate of `MPI_COMM_WORLD`.
@@ -75,6 +81,8 @@ pub struct MpiComm {
     rank: usize,
     world: usize,
     rt: &'static Runtime,
+    /// How long one call may take before the watchdog aborts the job.
+    timeout: std::time::Duration,
 }
 
 // SAFETY: MPI runs at MPI_THREAD_MULTIPLE, or every call holds the runtime's
@@ -118,6 +126,8 @@ impl MpiComm {
             rank,
             world,
             rt,
+            // `connect` sets the job's; 300 s is `Options::new`'s default.
+            timeout: std::time::Duration::from_secs(300),
         })
     }
 
@@ -126,9 +136,11 @@ impl MpiComm {
         library_version()
     }
 
-    /// Runs one MPI call under the runtime's lock (if any) and checks its code.
-    fn call(&self, what: &str, f: impl FnOnce() -> c_int) -> Result<()> {
+    /// Runs one MPI call of `bytes` bytes under the runtime's lock (if any) and the
+    /// watchdog, and checks its code.
+    fn call(&self, what: &'static str, bytes: usize, f: impl FnOnce() -> c_int) -> Result<()> {
         let _g = self.rt.lock()?;
+        let _watched = watchdog::watch(what, bytes, self.rank, self.timeout);
         check(f(), what)
     }
 
@@ -195,7 +207,7 @@ impl Communicator for MpiComm {
             };
             let recv = mptr(out);
             // SAFETY: `send` and `recv` hold `count` elements of `dt` (or are MPI_IN_PLACE).
-            self.call("MPI_Allreduce", || unsafe {
+            self.call("MPI_Allreduce", count * dtype.size(), || unsafe {
                 ffi::MPI_Allreduce(send, recv, n, dt, mop, self.comm)
             })?;
             if op == ReduceOp::Avg {
@@ -221,7 +233,7 @@ impl Communicator for MpiComm {
             }
             let buf = mptr(out);
             // SAFETY: `buf` holds `count` elements of `dt`.
-            self.call("MPI_Bcast", || unsafe {
+            self.call("MPI_Bcast", count * dtype.size(), || unsafe {
                 ffi::MPI_Bcast(buf, n, dt, r, self.comm)
             })
         })())
@@ -266,7 +278,7 @@ impl Communicator for MpiComm {
             };
             // SAFETY: `send` holds `count` elements of `dt` (or is MPI_IN_PLACE at
             // the root); `recv` holds `count` at the root and is ignored elsewhere.
-            self.call("MPI_Reduce", || unsafe {
+            self.call("MPI_Reduce", count * dtype.size(), || unsafe {
                 ffi::MPI_Reduce(send, recv, n, dt, mop, r, self.comm)
             })?;
             if me == root && op == ReduceOp::Avg {
@@ -292,7 +304,7 @@ impl Communicator for MpiComm {
             };
             let recv = mptr(out);
             // SAFETY: `send` holds `count` elements (or is MPI_IN_PLACE), `recv` world·count.
-            self.call("MPI_Allgather", || unsafe {
+            self.call("MPI_Allgather", nr * count * dtype.size(), || unsafe {
                 ffi::MPI_Allgather(send, n, dt, recv, n, dt, self.comm)
             })
         })())
@@ -320,17 +332,25 @@ impl Communicator for MpiComm {
                 (Some(s), _) => {
                     let (send, recv) = (cptr(s), mptr(out));
                     // SAFETY: `send` holds world·count elements of `dt`, `recv` count.
-                    self.call("MPI_Reduce_scatter_block", || unsafe {
-                        ffi::MPI_Reduce_scatter_block(send, recv, n, dt, mop, self.comm)
-                    })?;
+                    self.call(
+                        "MPI_Reduce_scatter_block",
+                        nr * count * dtype.size(),
+                        || unsafe {
+                            ffi::MPI_Reduce_scatter_block(send, recv, n, dt, mop, self.comm)
+                        },
+                    )?;
                     &mut out[..]
                 }
                 (None, Some(in_place)) => {
                     let recv = mptr(out);
                     // SAFETY: `recv` holds world·count elements of `dt`.
-                    self.call("MPI_Reduce_scatter_block", || unsafe {
-                        ffi::MPI_Reduce_scatter_block(in_place, recv, n, dt, mop, self.comm)
-                    })?;
+                    self.call(
+                        "MPI_Reduce_scatter_block",
+                        nr * count * dtype.size(),
+                        || unsafe {
+                            ffi::MPI_Reduce_scatter_block(in_place, recv, n, dt, mop, self.comm)
+                        },
+                    )?;
                     // MPI leaves the result at the start of the buffer; ours goes
                     // in the caller's own block.
                     out.copy_within(..block, me * block);
@@ -341,9 +361,13 @@ impl Communicator for MpiComm {
                     let mine = &mut out[me * block..][..block];
                     let (send, recv) = (cptr(&copy), mptr(mine));
                     // SAFETY: `send` holds world·count elements of `dt`, `recv` count.
-                    self.call("MPI_Reduce_scatter_block", || unsafe {
-                        ffi::MPI_Reduce_scatter_block(send, recv, n, dt, mop, self.comm)
-                    })?;
+                    self.call(
+                        "MPI_Reduce_scatter_block",
+                        nr * count * dtype.size(),
+                        || unsafe {
+                            ffi::MPI_Reduce_scatter_block(send, recv, n, dt, mop, self.comm)
+                        },
+                    )?;
                     mine
                 }
             };
@@ -369,7 +393,7 @@ impl Communicator for MpiComm {
             };
             let recv = mptr(out);
             // SAFETY: `send` and `recv` hold world·count elements of `dt` (or send is MPI_IN_PLACE).
-            self.call("MPI_Alltoall", || unsafe {
+            self.call("MPI_Alltoall", nr * count * dtype.size(), || unsafe {
                 ffi::MPI_Alltoall(send, n, dt, recv, n, dt, self.comm)
             })
         })())
@@ -397,7 +421,7 @@ impl Communicator for MpiComm {
             };
             // SAFETY: `send` holds `count` elements of `dt` (or is MPI_IN_PLACE at
             // the root); `recv` holds world·count at the root and is ignored elsewhere.
-            self.call("MPI_Gather", || unsafe {
+            self.call("MPI_Gather", count * dtype.size(), || unsafe {
                 ffi::MPI_Gather(send, n, dt, recv, n, dt, r, self.comm)
             })
         })())
@@ -433,7 +457,7 @@ impl Communicator for MpiComm {
             };
             // SAFETY: at the root `send` holds world·count elements of `dt`; `recv`
             // holds `count` (or is MPI_IN_PLACE at the root).
-            self.call("MPI_Scatter", || unsafe {
+            self.call("MPI_Scatter", count * dtype.size(), || unsafe {
                 ffi::MPI_Scatter(send, n, dt, recv, n, dt, r, self.comm)
             })
         })())
@@ -441,7 +465,7 @@ impl Communicator for MpiComm {
 
     fn barrier(&self) -> Result<()> {
         // SAFETY: a plain collective on our communicator.
-        noted(self.call("MPI_Barrier", || unsafe { ffi::MPI_Barrier(self.comm) }))
+        noted(self.call("MPI_Barrier", 0, || unsafe { ffi::MPI_Barrier(self.comm) }))
     }
 
     fn send(&self, buf: &Buffer<'_>, peer: usize) -> Result<()> {
@@ -450,7 +474,7 @@ impl Communicator for MpiComm {
             let (dt, n) = (self.rt.datatype(buf.dtype()), int(buf.len(), "send")?);
             let data = cptr(buf.host_bytes(B)?);
             // SAFETY: `data` holds `n` elements of `dt`.
-            self.call("MPI_Send", || unsafe {
+            self.call("MPI_Send", n as usize * buf.dtype().size(), || unsafe {
                 ffi::MPI_Send(data, n, dt, p, TAG, self.comm)
             })
         })())
@@ -466,12 +490,12 @@ impl Communicator for MpiComm {
             let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
             // SAFETY: `data` holds `n` elements of `dt`; a longer message is an
             // MPI_ERR_TRUNCATE error, not an overrun.
-            self.call("MPI_Recv", || unsafe {
+            self.call("MPI_Recv", n as usize * dtype.size(), || unsafe {
                 ffi::MPI_Recv(data, n, dt, p, TAG, self.comm, &mut status)
             })?;
             let mut got: c_int = 0;
             // SAFETY: `status` was filled in by MPI_Recv.
-            self.call("MPI_Get_count", || unsafe {
+            self.call("MPI_Get_count", 0, || unsafe {
                 ffi::MPI_Get_count(&status, dt, &mut got)
             })?;
             if got != n {
