@@ -427,6 +427,7 @@ fn exit_of(child: &mut Child) -> Exit {
 fn forward(rank: usize, pipe: ChildStderr, tail: Arc<Mutex<VecDeque<String>>>) {
     let mut reader = BufReader::new(pipe);
     let mut line = Vec::new();
+    let mut backtrace = BacktraceFilter::default();
     loop {
         line.clear();
         match (&mut reader).take(MAX_LINE).read_until(b'\n', &mut line) {
@@ -442,11 +443,44 @@ fn forward(rank: usize, pipe: ChildStderr, tail: Arc<Mutex<VecDeque<String>>>) {
             let mut err = std::io::stderr().lock();
             let _ = writeln!(err, "[rank {rank}] {text}");
         }
+        let Some(kept) = backtrace.keep(text) else {
+            continue;
+        };
         let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
         if t.len() == TAIL_LINES {
             t.pop_front();
         }
-        t.push_back(text);
+        t.push_back(kept);
+    }
+}
+
+/// Keeps a backtrace out of a rank's stderr tail (the lines are still forwarded):
+/// with `RUST_BACKTRACE=1` in the environment, the last 20 lines of a failed rank
+/// were all frames, and the error itself was cut off.
+#[derive(Default)]
+struct BacktraceFilter {
+    inside: bool,
+}
+
+impl BacktraceFilter {
+    /// The line to keep in the tail for `text`, if any: `(backtrace omitted)` for the
+    /// header of a backtrace, nothing for its frames (indented) and its closing note.
+    fn keep(&mut self, text: String) -> Option<String> {
+        let t = text.trim();
+        if t.eq_ignore_ascii_case("stack backtrace:") {
+            self.inside = true;
+            return Some("(backtrace omitted; the rank's full stderr is above)".into());
+        }
+        if self.inside {
+            if text.starts_with(char::is_whitespace) || t.is_empty() {
+                return None;
+            }
+            self.inside = false;
+            if t.starts_with("note: Some details are omitted") {
+                return None;
+            }
+        }
+        Some(text)
     }
 }
 

@@ -92,3 +92,28 @@ fn ranks_get_the_environment_and_results_come_back() {
     assert_eq!(r.exit_code(), 4);
     assert_eq!(r.failure().map(|f| f.rank), Some(1));
 }
+
+/// With `RUST_BACKTRACE=1` set (common, and on our machines), a failed rank's last
+/// 20 stderr lines were only backtrace frames: the error itself was cut off.
+#[test]
+fn a_backtrace_stays_out_of_the_stderr_tail() {
+    let mut f = BacktraceFilter::default();
+    let mut lines = vec!["Error: rank 1 stopped responding".to_string(), "".into()];
+    lines.push("Stack backtrace:".into());
+    for i in 0..30 {
+        lines.push(format!("  {i}: core::frame_{i}"));
+        lines.push("             at ./src/x.rs:1:1".into());
+    }
+    lines.push("note: Some details are omitted, run with `RUST_BACKTRACE=full`".into());
+    lines.push("after".into());
+    let kept: Vec<String> = lines.into_iter().filter_map(|l| f.keep(l)).collect();
+    assert_eq!(
+        kept,
+        [
+            "Error: rank 1 stopped responding",
+            "",
+            "(backtrace omitted; the rank's full stderr is above)",
+            "after"
+        ]
+    );
+}
