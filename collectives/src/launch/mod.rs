@@ -233,6 +233,23 @@ impl LaunchReport {
         self.failed.and_then(|i| self.ranks.get(i))
     }
 
+    /// The rank the failed rank blames, when its error says so and that rank was
+    /// still running when the launcher stopped it: a frozen rank never exits by
+    /// itself, so the first to exit is the one that timed out waiting for it (or
+    /// lost it). Read from the error texts of ringside's transports and store
+    /// ("… waiting for rank N …", "lost rank N: …"), the last such line winning.
+    pub fn blamed(&self) -> Option<(&RankOutcome, &str)> {
+        let failed = self.failure()?;
+        failed.stderr_tail.iter().rev().find_map(|line| {
+            let n = blamed_in(line).filter(|&n| n != failed.rank)?;
+            let culprit = self.ranks.iter().find(|r| r.rank == n)?;
+            culprit
+                .stopped
+                .is_some()
+                .then_some((culprit, line.as_str()))
+        })
+    }
+
     /// The launcher's exit code: 128 + signal if interrupted (130 for
     /// Ctrl-C), else the failed rank's code (128 + signal if a signal killed
     /// it), else 0.
@@ -259,6 +276,14 @@ impl fmt::Display for LaunchReport {
             writeln!(f, "interrupted by {}; stopped all ranks", signal_name(sig))?;
         }
         if let Some(r) = self.failure() {
+            if let Some((culprit, _)) = self.blamed() {
+                writeln!(
+                    f,
+                    "rank {} stopped responding: rank {} gave up waiting for it and exited \
+                     first (its error below); rank {} was still running when stopped",
+                    culprit.rank, r.rank, culprit.rank
+                )?;
+            }
             writeln!(f, "{}", r.describe())?;
             if r.stderr_tail.is_empty() {
                 writeln!(f, "rank {} wrote nothing to stderr", r.rank)?;
@@ -452,6 +477,20 @@ fn forward(rank: usize, pipe: ChildStderr, tail: Arc<Mutex<VecDeque<String>>>) {
         }
         t.push_back(kept);
     }
+}
+
+/// The rank a line of an error blames: `N` in "waiting for rank N" or "lost rank N".
+fn blamed_in(line: &str) -> Option<usize> {
+    ["waiting for rank ", "lost rank "]
+        .iter()
+        .find_map(|marker| {
+            let at = line.find(marker)? + marker.len();
+            let digits: String = line[at..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse().ok()
+        })
 }
 
 /// Keeps a backtrace out of a rank's stderr tail (the lines are still forwarded):

@@ -117,3 +117,57 @@ fn a_backtrace_stays_out_of_the_stderr_tail() {
         ]
     );
 }
+
+/// With rank 1 frozen (SIGSTOP), rank 0 timed out "waiting for rank 1" and exited
+/// first, and the report named rank 0 as the failed rank: it now says rank 1
+/// stopped responding.
+#[test]
+fn the_report_names_the_rank_the_failed_one_waited_for() {
+    let outcome = |rank: usize, code: i32, stopped: Option<Stopped>, tail: &[&str]| RankOutcome {
+        rank,
+        local_rank: rank,
+        pid: 100 + rank as u32,
+        exit: if stopped.is_some() {
+            Exit::Signal(15)
+        } else {
+            Exit::Code(code)
+        },
+        stopped,
+        stderr_tail: tail.iter().map(|s| s.to_string()).collect(),
+    };
+    let timeout = "Error: timed out after 10s waiting for rank 1 to send all_reduce step 3 \
+                   (0 of 4096 bytes received)";
+    let report = LaunchReport {
+        ranks: vec![
+            outcome(0, 1, None, &[timeout]),
+            outcome(1, 0, Some(Stopped::Killed), &[]),
+            outcome(2, 0, Some(Stopped::Terminated), &[]),
+        ],
+        failed: Some(0),
+        interrupted: None,
+    };
+    let (culprit, line) = report.blamed().unwrap();
+    assert_eq!((culprit.rank, line), (1, timeout));
+    let text = report.to_string();
+    assert!(
+        text.starts_with("rank 1 stopped responding: rank 0 gave up"),
+        "{text}"
+    );
+    assert_eq!(
+        report.exit_code(),
+        1,
+        "the exit code stays the failed rank's"
+    );
+
+    // A rank that blames one that had exited on its own blames nobody new.
+    let mut r = report.clone();
+    r.ranks[1].stopped = None;
+    r.ranks[1].exit = Exit::Code(3);
+    assert!(r.blamed().is_none());
+    // "lost rank N" blames too; its own number never does.
+    let mut r = report.clone();
+    r.ranks[0].stderr_tail = vec!["Error: lost rank 2: connection reset".into()];
+    assert_eq!(r.blamed().unwrap().0.rank, 2);
+    r.ranks[0].stderr_tail = vec!["Error: waiting for rank 0".into()];
+    assert!(r.blamed().is_none());
+}
