@@ -23,8 +23,9 @@
 //!   launcher uses a free port instead, since nobody else needs to find it.
 //! - local rank / local size are rank / world size (one node).
 //! - the job token: `RINGSIDE_JOB_TOKEN`, else one derived from the
-//!   launcher's job id and the master address ([`Token::derive`], weaker than
-//!   a random token), else (a single process) a random one.
+//!   launcher's job id and the master address ([`Token::derive`]: public), which
+//!   [`connect`] replaces on one host by a random one shared through a private
+//!   file (`secret`), else (a single process) a random one.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -35,6 +36,8 @@ use crate::error::{Error, Result};
 use crate::rendezvous::Store;
 use crate::rendezvous::barrier::{arrive, await_arrivals, join};
 use crate::rendezvous::store::{StoreServer, TOKEN_VAR, TcpStore, Token, env_var};
+
+mod secret;
 
 /// The default `MASTER_ADDR`.
 pub const DEFAULT_MASTER_ADDR: &str = "127.0.0.1";
@@ -95,6 +98,10 @@ pub struct RankInfo {
     pub master_port: u16,
     /// The job token the store checks.
     pub token: Token,
+    /// `token` was derived from values of the environment anyone on the host can
+    /// read or guess (no `RINGSIDE_JOB_TOKEN`): [`connect`] then replaces it with a
+    /// random one, shared through a private file when every rank is on this host.
+    pub token_derived: bool,
     /// Where this came from.
     pub launcher: Launcher,
 }
@@ -357,6 +364,9 @@ impl RankInfo {
             },
         };
 
+        let token_derived = overrides.token.is_none() && get(TOKEN_VAR).is_none() && {
+            launcher != Launcher::Single || world_size > 1
+        };
         let token = match overrides.token {
             Some(t) => t,
             None => match Token::from_vars(get)? {
@@ -384,6 +394,7 @@ impl RankInfo {
             master_addr,
             master_port,
             token,
+            token_derived,
             launcher,
         })
     }
@@ -468,7 +479,26 @@ pub struct Rendezvous {
 pub fn connect(info: &RankInfo, timeout: Duration) -> Result<Rendezvous> {
     let deadline = Deadline::after(timeout);
     let mut info = info.clone();
+    // A derived token is public: on one host, share a random one privately instead
+    // (see `secret`); across hosts, say once that the store is open.
+    let one_host = info.local_world_size == info.world_size;
+    let secret = if info.token_derived && info.world_size > 1 && one_host {
+        Some(secret::path_in(&secret::private_dir()?, &info.token))
+    } else {
+        if info.token_derived && info.rank == 0 && !one_host {
+            eprintln!(
+                "ringside: no RINGSIDE_JOB_TOKEN: the store on {}:{} accepts anyone who can \
+                 reach it and knows this job's id and address; set RINGSIDE_JOB_TOKEN to the \
+                 same random value on every rank (e.g. `openssl rand -hex 16`) to close it",
+                info.master_addr, info.master_port
+            );
+        }
+        None
+    };
     let server = if info.rank == 0 {
+        if let Some(path) = &secret {
+            info.token = secret::publish(path)?;
+        }
         let server = StoreServer::bind(
             bind_addr(&info.master_addr, info.master_port),
             info.token,
@@ -485,14 +515,41 @@ pub fn connect(info: &RankInfo, timeout: Duration) -> Result<Rendezvous> {
         }
         None
     };
-    let store = TcpStore::connect(
-        &info.master_addr,
-        info.master_port,
-        &info.token,
-        info.rank,
-        info.world_size,
-        timeout,
-    )?;
+    let store = loop {
+        if info.rank != 0
+            && let Some(path) = &secret
+        {
+            // Rank 0 may not have written it yet, or a stale one of an earlier job
+            // may still be there: a refused token means read it again.
+            match secret::read(path) {
+                Some(t) => info.token = t,
+                None if !deadline.expired() => {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                None => {
+                    return Err(deadline.error(format!(
+                        "rank 0 to publish the job's secret in {} (set RINGSIDE_JOB_TOKEN on \
+                         every rank to skip it)",
+                        path.display()
+                    )));
+                }
+            }
+        }
+        match TcpStore::connect(
+            &info.master_addr,
+            info.master_port,
+            &info.token,
+            info.rank,
+            info.world_size,
+            deadline.remaining(),
+        ) {
+            Err(Error::Auth(_)) if secret.is_some() && !deadline.expired() => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => break other?,
+        }
+    };
     join(
         &store,
         "ringside/rendezvous/join",
@@ -500,6 +557,11 @@ pub fn connect(info: &RankInfo, timeout: Duration) -> Result<Rendezvous> {
         info.world_size,
         deadline.remaining(),
     )?;
+    if let (true, Some(path)) = (info.rank == 0, &secret) {
+        // Every rank is in: nobody needs the file any more.
+        secret::remove(path);
+    }
+    info.token_derived = false;
     Ok(Rendezvous {
         store,
         server,

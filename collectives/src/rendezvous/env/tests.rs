@@ -297,6 +297,7 @@ fn connect_single_rank_and_a_pair_of_threads() {
                     master_addr: "127.0.0.1".into(),
                     master_port: port,
                     token: t,
+                    token_derived: false,
                     launcher: Launcher::Ringside,
                 };
                 let r = connect(&i, Duration::from_secs(5)).unwrap();
@@ -324,6 +325,7 @@ fn connect_names_the_missing_rank() {
         master_addr: "127.0.0.1".into(),
         master_port: port,
         token: Token::generate().unwrap(),
+        token_derived: false,
         launcher: Launcher::Ringside,
     };
     let e = connect(&i, Duration::from_millis(300)).unwrap_err();
@@ -353,6 +355,7 @@ fn close_does_not_pull_the_store_from_a_rank_still_leaving() {
                         master_addr: "127.0.0.1".into(),
                         master_port: port,
                         token: t,
+                        token_derived: false,
                         launcher: Launcher::Ringside,
                     };
                     let r = connect(&i, Duration::from_secs(5))?;
@@ -367,4 +370,69 @@ fn close_does_not_pull_the_store_from_a_rank_still_leaving() {
     for (rank, r) in results.into_iter().enumerate() {
         assert!(r.is_ok(), "rank {rank}: {r:?}");
     }
+}
+
+/// With plain RANK/WORLD_SIZE/MASTER_* variables the token was a hash of public
+/// values, so any process on the host could derive it and write keys: on one host
+/// the ranks now share a random token through a private file, and the derived token
+/// is refused.
+#[test]
+fn without_a_job_token_one_host_ranks_share_a_private_random_one() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let plain = [
+        ("RANK", "0"),
+        ("WORLD_SIZE", "2"),
+        ("MASTER_ADDR", "127.0.0.1"),
+    ];
+    let port_s = port.to_string();
+    let info = |rank: &str| {
+        let mut v: Vec<(&str, &str)> = plain.to_vec();
+        v[0].1 = rank;
+        v.push(("MASTER_PORT", &port_s));
+        RankInfo::from_vars(&vars(&v), &Overrides::default()).unwrap()
+    };
+    let (i0, i1) = (info("0"), info("1"));
+    assert!(i0.token_derived && i1.token_derived);
+    assert_eq!(i0.token, i1.token, "both derive the same public token");
+    let derived = i0.token;
+    let joined: Vec<Token> = std::thread::scope(|s| {
+        let hs: Vec<_> = [i0, i1]
+            .into_iter()
+            .map(|i| {
+                s.spawn(move || {
+                    let r = connect(&i, Duration::from_secs(10)).unwrap();
+                    let token = r.info.token;
+                    r.store().set(&format!("hi{}", i.rank), b"x").unwrap();
+                    r.store().get(&format!("hi{}", 1 - i.rank)).unwrap();
+                    if i.rank == 0 {
+                        // An outsider who derives the token is refused.
+                        let e = TcpStore::connect(
+                            "127.0.0.1",
+                            port,
+                            &derived,
+                            1,
+                            2,
+                            Duration::from_secs(2),
+                        )
+                        .unwrap_err();
+                        assert!(matches!(e, Error::Auth(_)), "{e}");
+                    }
+                    r.store().set(&format!("checked{}", i.rank), b"x").unwrap();
+                    r.store().get(&format!("checked{}", 1 - i.rank)).unwrap();
+                    r.close(Duration::from_secs(5)).unwrap();
+                    token
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(joined[0], joined[1]);
+    assert_ne!(joined[0], derived);
+    // The file is gone once both joined.
+    let dir = secret::private_dir().unwrap();
+    assert!(!secret::path_in(&dir, &derived).exists());
 }
