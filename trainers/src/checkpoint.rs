@@ -264,6 +264,122 @@ pub fn load_weights(path: impl AsRef<Path>, vs: &VarStore) -> Result<Vec<String>
     Ok(skipped)
 }
 
+/// Writes `tensors` under their names as given, and nothing else, atomically: what
+/// PyTorch users write with `safetensors.torch.save_file(model.state_dict(), path)`.
+/// Saving a wrapper's [`DataParallel::state_dict`](crate::data_parallel::DataParallel::state_dict)
+/// this way keeps its `module.` prefix, unlike [`save`].
+pub fn save_state_dict(path: impl AsRef<Path>, tensors: &[(String, Tensor)]) -> Result<()> {
+    let path = path.as_ref();
+    let mut raws: BTreeMap<&str, Raw> = BTreeMap::new();
+    for (name, t) in tensors {
+        let raw = to_raw(t).map_err(|e| bad(path, &format!("tensor `{name}`: {e}")))?;
+        if raws.insert(name, raw).is_some() {
+            return Err(bad(path, &format!("two tensors are named `{name}`")));
+        }
+    }
+    let bytes = safetensors::tensor::serialize(raws.iter().map(|(n, r)| (*n, r)), &None)
+        .map_err(|e| bad(path, &format!("cannot serialize: {e}")))?;
+    write_atomic(path, &bytes)
+}
+
+// ANCHOR: load_state_dict
+/// Loads a safetensors file into `vs` by PyTorch's `model.load_state_dict(sd)` rules
+/// (`strict=True`): the names must be exactly the model's, no prefix forgiven (unlike
+/// [`load`] and [`load_weights`]). With `consume_prefix`, that prefix is first
+/// removed from every name that starts with it, as PyTorch's
+/// `consume_prefix_in_state_dict_if_present(sd, "module.")` does: the fix for a file
+/// saved from a DataParallel or DDP wrapper.
+///
+/// On a mismatch the error lists every missing and every unexpected key (and says
+/// when the unexpected ones are the missing ones behind a wrapper's prefix); shapes
+/// and dtypes are checked too, and nothing is copied unless everything matches.
+pub fn load_state_dict(
+    path: impl AsRef<Path>,
+    vs: &VarStore,
+    consume_prefix: Option<&str>,
+) -> Result<()> {
+    let path = path.as_ref();
+    let bytes = fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let file = parse(path, &bytes)?;
+    let mut stored: BTreeMap<String, &Raw> = BTreeMap::new();
+    for (name, raw) in &file.tensors {
+        let name = match consume_prefix {
+            Some(prefix) => name.strip_prefix(prefix).unwrap_or(name),
+            None => name,
+        };
+        if stored.insert(name.to_owned(), raw).is_some() {
+            return Err(bad(
+                path,
+                &format!("holds `{name}` twice once the prefix is removed"),
+            ));
+        }
+    }
+    let vars: BTreeMap<String, Tensor> = vs.variables().into_iter().collect();
+    let missing: Vec<&str> = vars
+        .keys()
+        .filter(|n| !stored.contains_key(*n))
+        .map(String::as_str)
+        .collect();
+    let unexpected: Vec<&str> = stored
+        .keys()
+        .filter(|n| !vars.contains_key(*n))
+        .map(String::as_str)
+        .collect();
+    if !missing.is_empty() || !unexpected.is_empty() {
+        let list = |names: &[&str]| {
+            names
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut what = format!(
+            "does not match the model: missing key(s) [{}]; unexpected key(s) [{}]",
+            list(&missing),
+            list(&unexpected)
+        );
+        if let Some(prefix) = wrapper_prefix(&missing, &unexpected) {
+            what.push_str(&format!(
+                ". Every unexpected key is a missing one behind `{prefix}`: the file was \
+                 saved from a wrapper (DataParallel, DDP); remove the prefix on load \
+                 (consume_prefix = Some(\"{prefix}\")) or save the wrapped model's own variables"
+            ));
+        }
+        return Err(bad(path, &what));
+    }
+    let mut copies = Vec::with_capacity(vars.len());
+    for (name, var) in &vars {
+        let raw = stored[name];
+        check_like(path, name, raw, var)?;
+        copies.push((
+            var.shallow_clone(),
+            to_tensor(path, name, raw)?.f_to_device(var.device())?,
+        ));
+    }
+    tch::no_grad(|| -> Result<()> {
+        for (mut dst, src) in copies {
+            dst.f_copy_(&src)?;
+        }
+        Ok(())
+    })
+}
+// ANCHOR_END: load_state_dict
+
+/// The prefix (up to and including its first `.`) that turns exactly the `missing`
+/// names into the `unexpected` ones, if there is one: `module.` for a wrapper.
+fn wrapper_prefix(missing: &[&str], unexpected: &[&str]) -> Option<String> {
+    let first = unexpected.first()?;
+    let prefix = &first[..first.find('.')? + 1];
+    let stripped: Vec<&str> = unexpected
+        .iter()
+        .map(|n| n.strip_prefix(prefix))
+        .collect::<Option<_>>()?;
+    (stripped == missing).then(|| prefix.to_owned())
+}
+
 /// Reads and verifies a checkpoint (format, checksum, metadata) without a model.
 pub fn inspect(path: impl AsRef<Path>) -> Result<Info> {
     let path = path.as_ref();

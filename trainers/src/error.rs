@@ -95,6 +95,13 @@ pub enum Error {
     /// libtorch reported an error.
     #[error("libtorch: {0}")]
     Torch(#[from] tch::TchError),
+    /// Code plugged into one of this crate's seams failed (a lab's exercise standing
+    /// in for one piece of a mechanism, e.g. [`data_parallel::Pieces`]); its own
+    /// error, shown as it is.
+    ///
+    /// [`data_parallel::Pieces`]: crate::data_parallel::Pieces
+    #[error(transparent)]
+    Seam(Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// `Result` with this crate's [`Error`].

@@ -542,6 +542,54 @@ fn module_prefix_is_never_written_and_is_stripped_on_load() {
     assert!(e.contains("`fc1.bias` twice"), "{e}");
 }
 
+/// Lab 4's gotcha: a DataParallel wrapper's `state_dict` (names behind `module.`)
+/// saved as it is does not load strictly into the plain model; the error names every
+/// missing and unexpected key and the prefix; removing the prefix on load fixes it.
+#[test]
+fn a_wrappers_state_dict_needs_its_prefix_removed_for_a_strict_load() {
+    use crate::data_parallel::{DataParallel, Replication};
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dp.safetensors");
+    let bp = || models::mlp(&small_mlp(8));
+    let dp = DataParallel::new(bp, &[Device::Cpu; 2], Replication::Copy).unwrap();
+    save_state_dict(&file, &dp.state_dict()).unwrap();
+
+    let plain = Run::new(bp());
+    let before = snapshot(&plain.vs);
+    let e = load_state_dict(&file, &plain.vs, None)
+        .unwrap_err()
+        .to_string();
+    for part in [
+        "missing key(s) [`fc1.bias`, `fc1.weight`, `fc2.bias`, `fc2.weight`]",
+        "unexpected key(s) [`module.fc1.bias`, `module.fc1.weight`, `module.fc2.bias`, `module.fc2.weight`]",
+        "behind `module.`",
+    ] {
+        assert!(e.contains(part), "{part:?} not in: {e}");
+    }
+    assert_same(
+        &snapshot(&plain.vs),
+        &before,
+        "a failed load changes nothing",
+    );
+
+    load_state_dict(&file, &plain.vs, Some(DDP_PREFIX)).unwrap();
+    assert_same(
+        &snapshot(&plain.vs),
+        &snapshot(dp.var_store()),
+        "fixed load",
+    );
+
+    // A genuinely different model: no prefix hint, and the prefix does not help.
+    let other = Run::new(models::mlp(&small_mlp(4)));
+    let e = load_state_dict(&file, &other.vs, Some(DDP_PREFIX))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("tensor `fc1.bias`") && !e.contains("behind"),
+        "{e}"
+    );
+}
+
 fn temp_files(dir: &Path) -> Vec<String> {
     fs::read_dir(dir)
         .unwrap()

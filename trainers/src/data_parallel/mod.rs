@@ -20,8 +20,13 @@
 //!    optimizer steps the master's parameters.
 //!
 //! With a loss that averages over the batch, the summed gradients equal the single
-//! device's gradient of the same batch, up to float rounding: the equivalence tests
-//! check each of 10 SGD steps against the one-device step from the same parameters.
+//! device's gradient of the same batch, up to float rounding: [`check::equivalence`]
+//! (the tests' and lab 4's one check) compares each of 10 SGD steps with the
+//! one-device step from the same parameters.
+//!
+//! Replicate, scatter, parallel apply, gather and reduce go through the [`Pieces`]
+//! seam ([`Standard`] by default, [`DataParallel::with_pieces`] to plug in another
+//! implementation: lab 4's exercise).
 //!
 //! On CPU the "devices" are N replicas on the CPU, each run by its own thread: the
 //! arithmetic is the same as on N GPUs, only the copies are cheap (and the threads
@@ -49,11 +54,16 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use tch::nn::{self, ModuleT};
+use tch::nn;
 use tch::{Cuda, Device, Kind, Tensor};
 
 use crate::models::{Blueprint, Stage};
 use crate::{Error, Result};
+
+pub mod check;
+mod pieces;
+
+pub use pieces::{Pieces, Standard};
 
 /// A loss that *averages* over the batch: `(outputs, targets) -> scalar`.
 ///
@@ -108,8 +118,7 @@ pub struct StepTimings {
     pub replicas: usize,
     /// Copying the master's parameters and buffers to the replicas.
     pub replicate: Duration,
-    /// Cutting the batch and moving the pieces to the devices, plus moving the output
-    /// gradients back to them.
+    /// Cutting the batch and moving the pieces to the devices.
     pub scatter: Duration,
     /// Moving the outputs to the first device and concatenating them.
     pub gather: Duration,
@@ -117,7 +126,9 @@ pub struct StepTimings {
     pub forward_wall: Duration,
     /// Each replica thread's own forward time.
     pub forward_busy: Vec<Duration>,
-    /// The loss on the gathered outputs and its backward down to them.
+    /// The loss on the gathered outputs and its backward down to each replica's
+    /// output (through gather's backward, which moves each output's gradient back to
+    /// its device: a few KiB of logits' gradients, not worth its own bar).
     pub loss: Duration,
     /// From starting the backward threads to having joined them all.
     pub backward_wall: Duration,
@@ -164,10 +175,6 @@ struct Replica {
     module: Stage,
     /// The replica's own VarStore; `None` for replica 0, whose variables are the master's.
     _vs: Option<nn::VarStore>,
-    /// `(master, replica)` trainable parameters, in name order; empty for replica 0.
-    params: Vec<(Tensor, Tensor)>,
-    /// `(master, replica)` non-trainable buffers, in name order; empty for replica 0.
-    buffers: Vec<(Tensor, Tensor)>,
 }
 
 /// A model replicated over several devices of one process, trained one step at a time.
@@ -177,7 +184,15 @@ pub struct DataParallel {
     vs: nn::VarStore,
     /// The master's trainable parameters, in name order.
     master_params: Vec<Tensor>,
+    /// For replicas 1, 2, ...: their trainable parameters, in the master's order.
+    replica_params: Vec<Vec<Tensor>>,
+    /// The master's tensors that replicate copies every step: the parameters (with
+    /// [`Replication::Copy`]), then the buffers, in name order.
+    master_synced: Vec<Tensor>,
+    /// For replicas 1, 2, ...: their tensors matching `master_synced`.
+    replica_synced: Vec<Vec<Tensor>>,
     replicas: Vec<Replica>,
+    pieces: Box<dyn Pieces>,
 }
 
 impl DataParallel {
@@ -204,18 +219,24 @@ impl DataParallel {
         let vs = nn::VarStore::new(first);
         let module = blueprint().build(&vs.root());
         let master: BTreeMap<String, Tensor> = vs.variables().into_iter().collect();
+        let copy_params = replication == Replication::Copy;
         let master_params = master
             .values()
             .filter(|t| t.requires_grad())
+            .map(Tensor::shallow_clone)
+            .collect();
+        let master_synced = master
+            .values()
+            .filter(|t| copy_params && t.requires_grad())
+            .chain(master.values().filter(|t| !t.requires_grad()))
             .map(Tensor::shallow_clone)
             .collect();
         let mut replicas = vec![Replica {
             device: first,
             module,
             _vs: None,
-            params: Vec::new(),
-            buffers: Vec::new(),
         }];
+        let (mut replica_params, mut replica_synced) = (Vec::new(), Vec::new());
         for (k, &device) in devices.iter().enumerate().skip(1) {
             let rvs = nn::VarStore::new(device);
             let module = blueprint().build(&rvs.root());
@@ -244,25 +265,53 @@ impl DataParallel {
                         // master's numbers: no copy per step.
                         r.f_set_data(m)?;
                     }
-                    params.push((m.shallow_clone(), r));
+                    params.push(r);
                 } else {
-                    buffers.push((m.shallow_clone(), r));
+                    buffers.push(r);
                 }
             }
+            let copied = params.iter().filter(|_| copy_params);
+            replica_synced.push(copied.chain(&buffers).map(Tensor::shallow_clone).collect());
+            replica_params.push(params);
             replicas.push(Replica {
                 device,
                 module,
                 _vs: Some(rvs),
-                params,
-                buffers,
             });
         }
         Ok(DataParallel {
             replication,
             vs,
             master_params,
+            replica_params,
+            master_synced,
+            replica_synced,
             replicas,
+            pieces: Box::new(Standard),
         })
+    }
+
+    /// Uses `pieces` for replicate, scatter, parallel apply, gather and reduce
+    /// instead of [`Standard`]: lab 4 plugs in the learner's.
+    pub fn with_pieces(mut self, pieces: Box<dyn Pieces>) -> DataParallel {
+        self.pieces = pieces;
+        self
+    }
+
+    /// The master's variables under the names PyTorch's `nn.DataParallel` gives them
+    /// in its `state_dict()`: each with a `module.` prefix
+    /// ([`checkpoint::DDP_PREFIX`](crate::checkpoint::DDP_PREFIX)), because the
+    /// wrapper holds the model as its attribute `module`. Saved as they are, they do
+    /// not load into the plain model (lab 4's checkpoint gotcha).
+    pub fn state_dict(&self) -> Vec<(String, Tensor)> {
+        let mut named: Vec<(String, Tensor)> = self
+            .vs
+            .variables()
+            .into_iter()
+            .map(|(n, t)| (format!("{}{n}", crate::checkpoint::DDP_PREFIX), t))
+            .collect();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        named
     }
 
     /// The master's variables (on the first device): build the optimizer on these,
@@ -312,10 +361,8 @@ impl DataParallel {
             for p in &self.master_params {
                 zero_grad(p)?;
             }
-            for r in &self.replicas[1..] {
-                for (_, p) in &r.params {
-                    zero_grad(p)?;
-                }
+            for p in self.replica_params.iter().flatten() {
+                zero_grad(p)?;
             }
             Ok(())
         })?;
@@ -327,61 +374,62 @@ impl DataParallel {
 
         let clock = Instant::now();
         let pieces = self.scatter(x)?;
-        let y0 = y.f_to_device(self.replicas[0].device)?;
+        let first = self.replicas[0].device;
+        let y0 = y.f_to_device(first)?;
         t.scatter = clock.elapsed();
         t.replicas = pieces.len();
 
         let clock = Instant::now();
-        let forward = parallel(
-            &mut self.replicas[..pieces.len()],
-            pieces,
-            "forward",
-            |r, x| Ok(r.module.forward_t(&x, true)),
-        )?;
+        let outputs = self.parallel_apply(pieces, true)?;
         t.forward_wall = clock.elapsed();
-        let (outputs, busy): (Vec<Tensor>, Vec<Duration>) = forward.into_iter().unzip();
+        let (outputs, busy): (Vec<Tensor>, Vec<Duration>) = outputs.into_iter().unzip();
         t.forward_busy = busy;
 
+        // Each output is cut from its replica's graph by a leaf on the same device:
+        // the loss's backward (on this thread) stops at the leaves, and each
+        // replica's thread then runs its own part of the backward from its leaf's
+        // gradient, in parallel.
         let clock = Instant::now();
-        let first = self.replicas[0].device;
         let leaves = outputs
             .iter()
-            .map(|o| {
-                Ok(o.f_detach()?
-                    .f_to_device(first)?
-                    .f_set_requires_grad(true)?)
-            })
+            .map(|o| Ok(o.f_detach()?.f_set_requires_grad(true)?))
             .collect::<Result<Vec<_>>>()?;
-        let gathered = Tensor::f_cat(&leaves, 0)?;
+        let gathered = self.pieces.gather(&leaves, first)?;
         t.gather = clock.elapsed();
 
         let clock = Instant::now();
         let l = loss(&gathered, &y0)?;
         l.f_backward()?;
         t.loss_value = l.f_double_value(&[])?;
-        t.loss = clock.elapsed();
-
-        let clock = Instant::now();
         let jobs = outputs
             .into_iter()
             .zip(&leaves)
-            .zip(&self.replicas)
-            .map(|((out, leaf), r)| Ok((out, leaf.f_grad()?.f_to_device(r.device)?)))
+            .enumerate()
+            .map(|(k, (out, leaf))| {
+                let grad = leaf.f_grad()?;
+                if !grad.defined() {
+                    return Err(Error::Model(format!(
+                        "replica {k}'s output got no gradient from the loss: gather must \
+                         keep the outputs in the autograd graph (move and concatenate \
+                         them, no detach or no_grad)"
+                    )));
+                }
+                Ok((out, grad))
+            })
             .collect::<Result<Vec<_>>>()?;
-        t.scatter += clock.elapsed();
+        t.loss = clock.elapsed();
 
         let clock = Instant::now();
-        let backward = parallel(
-            &mut self.replicas[..jobs.len()],
-            jobs,
-            "backward",
-            |_, (out, grad)| backward_with_grad(&out, &grad),
-        )?;
+        let backward = parallel(jobs, "backward", |(out, grad)| {
+            backward_with_grad(&out, &grad)
+        })?;
         t.backward_wall = clock.elapsed();
         t.backward_busy = backward.into_iter().map(|((), d)| d).collect();
 
         let clock = Instant::now();
-        self.reduce(t.replicas)?;
+        let used = t.replicas.saturating_sub(1);
+        self.pieces
+            .reduce(&self.master_params, &self.replica_params[..used])?;
         t.reduce = clock.elapsed();
 
         let clock = Instant::now();
@@ -396,33 +444,17 @@ impl DataParallel {
     pub fn forward(&mut self, x: &Tensor) -> Result<Tensor> {
         self.replicate()?;
         let pieces = self.scatter(x)?;
-        let outs = parallel(
-            &mut self.replicas[..pieces.len()],
-            pieces,
-            "forward",
-            |r, x| Ok(tch::no_grad(|| r.module.forward_t(&x, false))),
-        )?;
-        let first = self.replicas[0].device;
-        let outs = outs
-            .into_iter()
-            .map(|(o, _)| Ok(o.f_to_device(first)?))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Tensor::f_cat(&outs, 0)?)
+        let outs = self.parallel_apply(pieces, false)?;
+        let outs: Vec<Tensor> = outs.into_iter().map(|(o, _)| o).collect();
+        self.pieces.gather(&outs, self.replicas[0].device)
     }
 
-    fn replicate(&mut self) -> Result<()> {
-        let copy_params = self.replication == Replication::Copy;
-        tch::no_grad(|| {
-            for r in &self.replicas[1..] {
-                let params = r.params.iter().filter(|_| copy_params);
-                for (m, p) in params.chain(&r.buffers) {
-                    p.shallow_clone().f_copy_(m)?;
-                }
-            }
-            Ok(())
-        })
+    fn replicate(&self) -> Result<()> {
+        self.pieces
+            .replicate(&self.master_synced, &self.replica_synced)
     }
 
+    /// Scatters `x` over the devices and checks that the pieces fit them.
     fn scatter(&self, x: &Tensor) -> Result<Vec<Tensor>> {
         let rows = x.size().first().copied().unwrap_or(0);
         if rows == 0 {
@@ -431,59 +463,68 @@ impl DataParallel {
                 x.size()
             )));
         }
-        let chunks = x.f_chunk(self.replicas.len() as i64, 0)?;
-        chunks
-            .into_iter()
-            .zip(&self.replicas)
-            .map(|(c, r)| Ok(c.f_to_device(r.device)?))
-            .collect()
+        let devices = self.devices();
+        let pieces = self.pieces.scatter(x, &devices)?;
+        let sizes: Vec<i64> = pieces
+            .iter()
+            .map(|p| p.size().first().copied().unwrap_or(0))
+            .collect();
+        if pieces.is_empty()
+            || pieces.len() > devices.len()
+            || sizes.iter().sum::<i64>() != rows
+            || pieces.iter().zip(&devices).any(|(p, &d)| p.device() != d)
+        {
+            return Err(Error::Model(format!(
+                "scatter cut {rows} rows into pieces of {sizes:?} rows on {:?}; wanted at \
+                 most one piece per device ({devices:?}), each on its device, {rows} rows \
+                 in all",
+                pieces.iter().map(Tensor::device).collect::<Vec<_>>()
+            )));
+        }
+        Ok(pieces)
     }
 
-    /// Adds replicas `1..used`' gradients into the master's.
-    fn reduce(&self, used: usize) -> Result<()> {
-        let first = self.replicas[0].device;
-        tch::no_grad(|| {
-            for (k, r) in self.replicas.iter().enumerate().take(used).skip(1) {
-                for (i, (_, p)) in r.params.iter().enumerate() {
-                    let g = p.f_grad()?;
-                    if !g.defined() {
-                        continue;
-                    }
-                    let mut master = self.master_params[i].f_grad()?;
-                    if !master.defined() {
-                        return Err(Error::Model(format!(
-                            "parameter {i} has a gradient on replica {k} but none on the \
-                             master: the model must use the same parameters for every input"
-                        )));
-                    }
-                    let _ = master.f_add_(&g.f_to_device(first)?)?;
-                }
-            }
-            Ok(())
-        })
+    /// Runs the first `pieces.len()` replicas on the pieces, in parallel.
+    fn parallel_apply(
+        &mut self,
+        pieces: Vec<Tensor>,
+        train: bool,
+    ) -> Result<Vec<(Tensor, Duration)>> {
+        let n = pieces.len();
+        let modules = self.replicas[..n]
+            .iter_mut()
+            .map(|r| &mut r.module)
+            .collect();
+        let outs = self.pieces.parallel_apply(modules, pieces, train)?;
+        if outs.len() != n {
+            return Err(Error::Model(format!(
+                "parallel_apply returned {} outputs for {n} inputs",
+                outs.len()
+            )));
+        }
+        Ok(outs)
     }
 }
 
-/// Runs `f(replica, job)` for each pair on its own scoped thread and returns each
-/// result with the thread's own time, in order. A panic (tch panics on libtorch errors
-/// inside `forward_t`) becomes an error naming the replica.
+// ANCHOR: parallel
+/// Runs `f(job)` for each job on its own scoped thread (job `k` is replica `k`'s) and
+/// returns each result with the thread's own time, in order. A panic (tch panics on
+/// libtorch errors inside `forward_t`) becomes an error naming the replica.
 fn parallel<J: Send, R: Send>(
-    replicas: &mut [Replica],
     jobs: Vec<J>,
     what: &str,
-    f: impl Fn(&mut Replica, J) -> Result<R> + Sync,
+    f: impl Fn(J) -> Result<R> + Sync,
 ) -> Result<Vec<(R, Duration)>> {
     let f = &f;
     let threads = tch::get_num_threads();
     std::thread::scope(|s| {
-        let handles: Vec<_> = replicas
-            .iter_mut()
-            .zip(jobs)
-            .map(|(r, job)| {
+        let handles: Vec<_> = jobs
+            .into_iter()
+            .map(|job| {
                 s.spawn(move || {
                     inherit_num_threads(threads);
                     let clock = Instant::now();
-                    let out = f(r, job)?;
+                    let out = f(job)?;
                     Ok((out, clock.elapsed()))
                 })
             })
@@ -503,6 +544,7 @@ fn parallel<J: Send, R: Send>(
             .collect()
     })
 }
+// ANCHOR_END: parallel
 
 /// Gives a new thread the caller's libtorch intra-op thread count.
 ///
@@ -511,7 +553,7 @@ fn parallel<J: Send, R: Send>(
 /// in the thread that spawned it. Two replica threads with a team of 2 each on a
 /// 2-core machine spin-wait on each other: the first op of a step took 10 ms
 /// instead of 1.
-pub(crate) fn inherit_num_threads(threads: i32) {
+pub fn inherit_num_threads(threads: i32) {
     if tch::get_num_threads() != threads {
         tch::set_num_threads(threads);
     }
@@ -538,7 +580,7 @@ pub(crate) fn zero_grad(t: &Tensor) -> Result<()> {
 }
 
 /// The text of a panic payload.
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = payload.downcast_ref::<String>() {
@@ -552,7 +594,7 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 mod tests {
     use super::*;
     use crate::models::{self, MlpConfig};
-    use tch::nn::OptimizerConfig;
+    use tch::nn::{ModuleT, OptimizerConfig};
 
     fn small_mlp() -> Blueprint {
         models::mlp(&MlpConfig {
@@ -561,53 +603,9 @@ mod tests {
         })
     }
 
-    /// The largest |Δ| over all variables of two stores with the same names.
-    fn max_diff(a: &nn::VarStore, b: &nn::VarStore) -> f64 {
-        let b = b.variables();
-        a.variables()
-            .iter()
-            .map(|(n, t)| {
-                (t.to_device(Device::Cpu) - b[n].to_device(Device::Cpu))
-                    .abs()
-                    .max()
-                    .double_value(&[])
-            })
-            .fold(0.0, f64::max)
-    }
-
-    /// `flatten, fc1 (784→32), tanh, fc2`: the equivalence tests' model. Smooth on
-    /// purpose: replicas run sgemm on fewer rows than one device, and libtorch's CPU
-    /// sgemm picks its kernel by row count, so pre-activations differ in their last
-    /// bits. Through tanh that stays a rounding-level difference in the gradient; at a
-    /// ReLU (or max-pool) input within rounding of its kink, the gate flips and that
-    /// sample's gradient path switches on or off (seen in CI: a 4e-5 loss gap after 6
-    /// steps, where this machine had 5e-7).
-    fn smooth_mlp() -> Blueprint {
-        Blueprint::new("smooth-mlp")
-            .layer("flatten", |_| Box::new(nn::func(|x| x.flatten(1, -1))))
-            .and_then(|b| {
-                b.layer("fc1", |p| {
-                    Box::new(nn::linear(p, 784, 32, Default::default()))
-                })
-            })
-            .and_then(|b| b.layer("tanh", |_| Box::new(nn::func(|x| x.tanh()))))
-            .and_then(|b| {
-                b.layer("fc2", |p| {
-                    Box::new(nn::linear(p, 32, 10, Default::default()))
-                })
-            })
-            .unwrap()
-    }
-
-    /// 10 SGD steps over `devices`, each compared with the same step on one device
-    /// *from the same parameters* (the single-device copy is re-synced before every
-    /// step). What DataParallel promises is that one step computes the single-device
-    /// step up to rounding; comparing two free-running trajectories would instead test
-    /// how fast this model amplifies rounding, which depends on the CPU.
-    ///
-    /// `param_tol` bounds max |Δparam| after a step: for a smooth model, lr × gradient
-    /// rounding (1e-6 is ~100× what any machine here showed); for ReLU/max-pool models
-    /// see [`cnn_over_two_cpu_replicas_equals_one_device`].
+    /// [`check::equivalence`] of trainers' own pieces on synthetic data (lab 4 runs
+    /// the same check on the learner's pieces and Fashion-MNIST); panics with its
+    /// verdict.
     fn equivalence(
         bp: fn() -> Blueprint,
         devices: &[Device],
@@ -615,50 +613,18 @@ mod tests {
         batch: usize,
         param_tol: f64,
     ) {
-        tch::set_num_threads(1);
-        let data = crate::data::synthetic(batch * 10, 21).unwrap();
-        let mut dp = DataParallel::new(bp, devices, replication).unwrap();
-        let mut single_vs = nn::VarStore::new(Device::Cpu);
-        let single = bp().build(&single_vs.root());
-        single_vs.copy(dp.var_store()).unwrap();
-        assert_eq!(max_diff(dp.var_store(), &single_vs), 0.0);
-
-        // lr 0.01 (the issue's 0.01·world): at 0.1 the CNN diverges on this data.
-        let mut dp_opt = nn::Sgd::default().build(dp.var_store(), 0.01).unwrap();
-        let mut opt = nn::Sgd::default().build(&single_vs, 0.01).unwrap();
-        let mut before = nn::VarStore::new(Device::Cpu);
-        let _ = bp().build(&before.root());
-        before.copy(dp.var_store()).unwrap();
-        let what = format!(
-            "{} replicas ({replication:?}, batch {batch})",
-            devices.len()
-        );
-        for step in 0..10 {
-            single_vs.copy(dp.var_store()).unwrap();
-            let idx: Vec<usize> = (step * batch..(step + 1) * batch).collect();
-            let (x, y) = data.batch(&idx).unwrap();
-            let t = dp.step(&x, &y, cross_entropy, &mut dp_opt).unwrap();
-            assert_eq!(t.replicas, devices.len().min(batch));
-            let l = cross_entropy(&single.forward_t(&x, true), &y).unwrap();
-            let want = l.double_value(&[]);
-            // The loss is a continuous function of the logits (also through ReLU and
-            // max-pool), so it differs only by rounding: relative 1e-5 is ~20× the
-            // largest gap seen.
-            assert!(
-                (want - t.loss_value).abs() <= 1e-5 * want.abs().max(1.0),
-                "{what}, step {step}: losses {want} vs {}",
-                t.loss_value
-            );
-            opt.backward_step(&l);
-            let diff = max_diff(dp.var_store(), &single_vs);
-            assert!(
-                diff <= param_tol,
-                "{what}, step {step}: max |Δparam| = {diff:e} > {param_tol:e}"
-            );
+        let data = crate::data::synthetic(batch * (check::STEPS + 1), 21).unwrap();
+        if let Err(e) = check::equivalence(
+            bp,
+            Box::new(Standard),
+            devices,
+            replication,
+            &data,
+            batch,
+            param_tol,
+        ) {
+            panic!("{e}");
         }
-        // And the parameters did move (so the comparison above compared training steps).
-        let moved = max_diff(dp.var_store(), &before);
-        assert!(moved > 1e-3, "{what}: parameters moved only {moved}");
     }
 
     #[test]
@@ -667,7 +633,13 @@ mod tests {
             for replication in [Replication::Copy, Replication::Share] {
                 // 30 splits evenly; 31 gives chunks 16+15 and 11+11+9.
                 for batch in [30, 31] {
-                    equivalence(smooth_mlp, &vec![Device::Cpu; n], replication, batch, 1e-6);
+                    equivalence(
+                        check::smooth_mlp,
+                        &vec![Device::Cpu; n],
+                        replication,
+                        batch,
+                        1e-6,
+                    );
                 }
             }
         }
@@ -688,7 +660,13 @@ mod tests {
     /// A batch smaller than the replica count uses fewer replicas, like `scatter`.
     #[test]
     fn batch_smaller_than_replicas_uses_fewer_replicas() {
-        equivalence(smooth_mlp, &[Device::Cpu; 3], Replication::Copy, 2, 1e-6);
+        equivalence(
+            check::smooth_mlp,
+            &[Device::Cpu; 3],
+            Replication::Copy,
+            2,
+            1e-6,
+        );
     }
 
     #[test]
@@ -737,10 +715,13 @@ mod tests {
     fn share_replication_shares_storage_and_copy_does_not() {
         let share = DataParallel::new(small_mlp, &[Device::Cpu; 2], Replication::Share).unwrap();
         let copy = DataParallel::new(small_mlp, &[Device::Cpu; 2], Replication::Copy).unwrap();
-        let (m, r) = &share.replicas[1].params[0];
+        let (m, r) = (&share.master_params[0], &share.replica_params[0][0]);
         assert_eq!(m.data_ptr(), r.data_ptr());
-        let (m, r) = &copy.replicas[1].params[0];
+        let (m, r) = (&copy.master_params[0], &copy.replica_params[0][0]);
         assert_ne!(m.data_ptr(), r.data_ptr());
+        // Share copies no parameters per step, Copy copies them all.
+        assert!(share.master_synced.is_empty());
+        assert_eq!(copy.master_synced.len(), copy.master_params.len());
     }
 
     #[test]
@@ -795,7 +776,7 @@ mod tests {
         }
         // GPUs' kernels also block by shape; same smooth model, same bound.
         equivalence(
-            smooth_mlp,
+            check::smooth_mlp,
             &[Device::Cuda(0), Device::Cuda(1)],
             Replication::Copy,
             30,

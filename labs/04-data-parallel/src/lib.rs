@@ -1,0 +1,135 @@
+//! Lab 4: DataParallel. The learner writes the five pieces of a data-parallel step
+//! ([`exercise`]); they plug into trainers' real `DataParallel` through its seam,
+//! [`trainers::data_parallel::Pieces`], whose [`Standard`] implementation is the
+//! reference solution. The self-check is trainers' own equivalence check
+//! ([`trainers::data_parallel::check::equivalence`]) on Fashion-MNIST.
+
+#![deny(missing_docs)]
+
+pub mod exercise;
+
+use std::time::Duration;
+
+use labkit::{LabError, Variant};
+use tch::{Cuda, Device, Tensor};
+use trainers::data::{self, Dataset, Split};
+use trainers::data_parallel::check::{self, CheckError};
+use trainers::data_parallel::{Pieces, Replication, Standard};
+use trainers::models::Stage;
+
+/// The learner's [`exercise`] as trainers' seam. Its errors (an unsolved TODO
+/// included) travel through the real step as [`trainers::Error::Seam`], unchanged.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Exercise;
+
+fn seam(e: anyhow::Error) -> trainers::Error {
+    trainers::Error::Seam(e.into())
+}
+
+impl Pieces for Exercise {
+    fn replicate(&self, master: &[Tensor], replicas: &[Vec<Tensor>]) -> trainers::Result<()> {
+        exercise::replicate(master, replicas).map_err(seam)
+    }
+
+    fn scatter(&self, x: &Tensor, devices: &[Device]) -> trainers::Result<Vec<Tensor>> {
+        exercise::scatter(x, devices).map_err(seam)
+    }
+
+    fn parallel_apply(
+        &self,
+        modules: Vec<&mut Stage>,
+        inputs: Vec<Tensor>,
+        train: bool,
+    ) -> trainers::Result<Vec<(Tensor, Duration)>> {
+        exercise::parallel_apply(modules, inputs, train).map_err(seam)
+    }
+
+    fn gather(&self, outputs: &[Tensor], device: Device) -> trainers::Result<Tensor> {
+        exercise::gather(outputs, device).map_err(seam)
+    }
+
+    fn reduce(&self, master: &[Tensor], replicas: &[Vec<Tensor>]) -> trainers::Result<()> {
+        exercise::reduce(master, replicas).map_err(seam)
+    }
+}
+
+/// The pieces of `variant`: the learner's, or trainers' own.
+pub fn pieces(variant: Variant) -> Box<dyn Pieces> {
+    match variant {
+        Variant::Exercise => Box::new(Exercise),
+        Variant::Solution => Box::new(Standard),
+    }
+}
+
+/// A trainers error as the lab reports it (its text names a TODO when the
+/// exercise's piece was unsolved).
+pub fn lab_error(e: trainers::Error) -> LabError {
+    LabError::Wrong(e.to_string())
+}
+
+/// Loads one split of Fashion-MNIST from `dir` (Debian's `dataset-fashion-mnist`
+/// by default), or says how to get it.
+pub fn fashion_mnist(dir: &std::path::Path, split: Split) -> Result<Dataset, LabError> {
+    data::load(dir, split).map_err(lab_error)
+}
+
+/// The self-check: trainers' equivalence check, on the pieces of `variant`, over
+/// 2 and 3 CPU replicas with batches that split evenly and unevenly, a batch
+/// smaller than the replica count, both replications, and the GPUs when there are
+/// any: 10 SGD steps each, every one within max |Δparam| ≤ 1e-6 of the one-device
+/// step from the same parameters, then the same outputs in inference.
+///
+/// The model is trainers' smooth check model (`flatten, fc 784→32, tanh, fc`):
+/// with ReLU a sample whose pre-activation lies within rounding of 0 may take the
+/// other branch on a replica (which multiplies fewer rows, so rounds differently),
+/// and a bound that holds on every CPU would have to be loose.
+pub fn check(variant: Variant) -> Result<(), LabError> {
+    let data = fashion_mnist(std::path::Path::new(data::DEFAULT_DIR), Split::Test)?;
+    let cpu = Device::Cpu;
+    let mut cases: Vec<(Vec<Device>, Replication, usize)> = vec![
+        (vec![cpu; 2], Replication::Copy, 30),
+        (vec![cpu; 3], Replication::Copy, 31),
+        (vec![cpu; 3], Replication::Copy, 2),
+        (vec![cpu; 2], Replication::Share, 31),
+    ];
+    let gpus = if Cuda::is_available() {
+        Cuda::device_count()
+    } else {
+        0
+    };
+    if gpus > 0 {
+        // Two replicas on one GPU still copy, scatter and gather through it.
+        let devices = if gpus == 1 {
+            vec![Device::Cuda(0); 2]
+        } else {
+            (0..gpus as usize).map(Device::Cuda).collect()
+        };
+        cases.push((devices, Replication::Copy, 30));
+    } else {
+        collectives::testing::skip(
+            "lab 4's GPU case",
+            "no CUDA device (tch::Cuda::is_available() is false); CPU replicas only",
+        );
+    }
+    for (devices, replication, batch) in cases {
+        let verdict = check::equivalence(
+            check::smooth_mlp,
+            pieces(variant),
+            &devices,
+            replication,
+            &data,
+            batch,
+            1e-6,
+        );
+        match verdict {
+            Ok(_) => {}
+            Err(CheckError::Failed(e)) => return Err(lab_error(e)),
+            Err(e @ CheckError::Differs(_)) => {
+                return Err(LabError::Wrong(format!(
+                    "{e} — not the one-device step (over {devices:?})"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
