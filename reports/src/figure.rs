@@ -121,8 +121,9 @@ fn draw_bars<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Figure) -> R
         }
     }
     let (_, y1) = range(totals.iter().copied().chain([0.0]));
-    // Room above the tallest bar for its total.
-    let y1 = y1 * 1.08;
+    // Room above the tallest bar for its total and for the legend (top right, about
+    // 7 % of the plot's height per row), so neither covers a bar.
+    let y1 = y1 * (1.10 + 0.07 * f.series.len() as f64);
     // Segmented x: one segment per bar, its label under its centre.
     let mut chart = chart_builder(root, &f.title)
         .build_cartesian_2d((0..n as i32 - 1).into_segmented(), 0.0..y1)
