@@ -625,3 +625,36 @@ fn gather_bytes(c: &dyn Communicator, mine: &[u8]) -> anyhow::Result<Vec<Vec<u8>
         .map(|(r, &n)| all[r * max..][..n as usize].to_vec())
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--steps 60` in an epoch of 937: the bar is 60 long (its ETA is the
+    /// run's), and a resumed epoch counts the steps already done.
+    #[test]
+    fn the_progress_bar_is_as_long_as_the_steps_this_run_reaches() {
+        assert_eq!(bar_len(937, 0, 0, 60), 60);
+        assert_eq!(bar_len(937, 0, 0, u64::MAX), 937);
+        // Resumed at step 40 of epoch 1 (10 of its steps done), --steps 100.
+        assert_eq!(bar_len(937, 10, 40, 100), 70);
+        // A later epoch, the limit beyond it.
+        assert_eq!(bar_len(50, 0, 1000, 2000), 50);
+        assert_eq!(bar_len(937, 5, 60, 60), 5);
+    }
+
+    #[test]
+    fn the_lr_line_names_the_rule_and_the_effective_batch() {
+        assert_eq!(
+            batch_line(64, 2, 3),
+            "batch 64 per rank × 2 accumulated × 3 rank(s) = effective batch 384"
+        );
+        let l = lr_line(None, 2, 1);
+        assert!(
+            l.starts_with("lr 0.01 ") && l.contains("would be 0.02"),
+            "{l}"
+        );
+        assert!(lr_line(None, 1, 4).contains("linear scaling with the rank count"));
+        assert!(lr_line(Some(0.05), 1, 1).contains("as given (no rule applied"));
+    }
+}

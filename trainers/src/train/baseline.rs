@@ -250,3 +250,79 @@ pub fn compare_steps<S: TrainStep>(
         .map_err(S::Error::from)?;
     Ok(StepComparison { mine, reference })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data;
+    use crate::train::step::{Replica, StepOutput};
+
+    /// Forgets to zero the gradients: every update adds all earlier gradients
+    /// again (the classic bug the check must catch).
+    struct NoZeroGrad;
+
+    impl TrainStep for NoZeroGrad {
+        type Error = crate::Error;
+        fn forward_backward(
+            &mut self,
+            model: &mut dyn Replica,
+            batch: &Batch,
+            clock: &mut PhaseClock,
+        ) -> crate::Result<StepOutput> {
+            SgdStep.forward_backward(model, batch, clock)
+        }
+        fn optimizer_step(&mut self, opt: &mut Sgd, clock: &mut PhaseClock) -> crate::Result<()> {
+            clock.time(Phase::Optimizer, || opt.step())
+        }
+    }
+
+    fn small() -> (Baseline, Dataset, Dataset) {
+        let config = Baseline {
+            steps: 24,
+            batch: 32,
+            warmup: 2,
+            eval_batch: 100,
+            ..Baseline::default()
+        };
+        // Synthetic data: this checks the checker (fast, no data files); lab 2's
+        // self-check runs the same function on Fashion-MNIST.
+        (
+            config,
+            data::synthetic(512, 1).unwrap(),
+            data::synthetic(200, 2).unwrap(),
+        )
+    }
+
+    /// The real step against itself: same seed, same batches, same operations,
+    /// so every parameter ends bit for bit the same, on any CPU (nothing in the
+    /// two runs differs, not even a batch's row count).
+    #[test]
+    fn the_real_step_matches_itself_exactly_and_its_loss_falls() {
+        tch::set_num_threads(1);
+        let (config, train_set, test_set) = small();
+        let c = compare_steps(&config, &mut SgdStep, &train_set, &test_set).unwrap();
+        assert!(c.exact());
+        assert_eq!(c.mine.test, c.reference.test);
+        let (first, last) = c.loss_fall();
+        assert!(last < first, "{first} -> {last}");
+        let verdict = c.verdict().unwrap();
+        assert!(verdict.contains("bit for bit"), "{verdict}");
+        assert_eq!(c.mine.losses.len(), 24);
+        let m = c.mine.median;
+        assert!(
+            m.get(Phase::Forward) > 0.0 && m.get(Phase::Backward) > 0.0,
+            "{m:?}"
+        );
+        assert!(c.mine.samples_per_s > 0.0);
+    }
+
+    #[test]
+    fn a_step_that_never_zeroes_its_gradients_fails_the_check() {
+        tch::set_num_threads(1);
+        let (config, train_set, test_set) = small();
+        let c = compare_steps(&config, &mut NoZeroGrad, &train_set, &test_set).unwrap();
+        assert!(!c.exact());
+        let e = c.verdict().unwrap_err();
+        assert!(e.contains("real step") || e.contains("did not fall"), "{e}");
+    }
+}
