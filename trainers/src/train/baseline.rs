@@ -79,16 +79,42 @@ pub struct BaselineRun {
 
 impl Baseline {
     /// Trains a freshly initialised model (seeded) with `step` on `train_set`, then
-    /// evaluates it on `test_set`.
+    /// evaluates it on `test_set`. The seed goes into libtorch's global generator:
+    /// don't build other models on other threads meanwhile.
     pub fn run<S: TrainStep>(
         &self,
         step: &mut S,
         train_set: &Dataset,
         test_set: &Dataset,
     ) -> Result<BaselineRun, S::Error> {
+        self.run_from(step, train_set, test_set, None)
+    }
+
+    /// The model's initial weights for this seed, by name, on the CPU.
+    pub fn initial_weights(&self) -> crate::Result<Vec<(String, tch::Tensor)>> {
+        tch::manual_seed(self.seed as i64);
+        let vs = VarStore::new(Device::Cpu);
+        let _model = self.arch.blueprint().build(&vs.root());
+        snapshot(&vs)
+    }
+
+    /// [`run`](Self::run), starting from `init` (from
+    /// [`initial_weights`](Self::initial_weights)) when given rather than from
+    /// weights drawn now: two runs then start from the same weights even when
+    /// other threads draw from libtorch's global generator in between.
+    pub fn run_from<S: TrainStep>(
+        &self,
+        step: &mut S,
+        train_set: &Dataset,
+        test_set: &Dataset,
+        init: Option<&[(String, tch::Tensor)]>,
+    ) -> Result<BaselineRun, S::Error> {
         tch::manual_seed(self.seed as i64);
         let vs = VarStore::new(self.device);
         let mut model = self.arch.blueprint().build(&vs.root());
+        if let Some(init) = init {
+            load_weights(&vs, init)?;
+        }
         let mut opt = Sgd::new(&vs, SgdConfig::new(self.lr).momentum(self.momentum))?;
         let sampler = DistributedSampler::new(train_set.len(), 1, 0)?.with_seed(self.seed);
         let mut clock = PhaseClock::new(self.device);
@@ -129,12 +155,7 @@ impl Baseline {
         let test_on_device = test_set.to_device(self.device)?;
         let eval = DistributedSampler::for_eval(test_set.len(), 1, 0)?;
         let test = evaluate(&model, &test_on_device, &eval, self.eval_batch, None)?;
-        let mut params = vs
-            .variables()
-            .into_iter()
-            .map(|(n, t)| Ok((n, t.f_to_device(Device::Cpu)?)))
-            .collect::<crate::Result<Vec<_>>>()?;
-        params.sort_by(|a, b| a.0.cmp(&b.0));
+        let params = snapshot(&vs)?;
         Ok(BaselineRun {
             losses,
             test,
@@ -143,6 +164,31 @@ impl Baseline {
             params,
         })
     }
+}
+
+/// Every variable of `vs` by name (sorted), copied to the CPU.
+fn snapshot(vs: &VarStore) -> crate::Result<Vec<(String, tch::Tensor)>> {
+    let mut params = vs
+        .variables()
+        .into_iter()
+        .map(|(n, t)| Ok((n, t.f_to_device(Device::Cpu)?.f_detach_copy()?)))
+        .collect::<crate::Result<Vec<_>>>()?;
+    params.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(params)
+}
+
+/// Copies `weights` into the variables of `vs` of the same names (all must exist).
+fn load_weights(vs: &VarStore, weights: &[(String, tch::Tensor)]) -> crate::Result<()> {
+    let vars = vs.variables();
+    tch::no_grad(|| {
+        for (name, w) in weights {
+            let v = vars.get(name).ok_or_else(|| {
+                crate::Error::Model(format!("no variable {name} to load initial weights into"))
+            })?;
+            v.shallow_clone().f_copy_(w)?;
+        }
+        Ok(())
+    })
 }
 
 /// How a step's baseline run compares with [`SgdStep`]'s from the same seed.
@@ -196,7 +242,8 @@ impl StepComparison {
     /// the tolerances, else what differs.
     pub fn verdict(&self) -> std::result::Result<String, String> {
         let (first, last) = self.loss_fall();
-        if !(last < first) {
+        // NaN counts as not falling (a diverged run).
+        if last.is_nan() || first.is_nan() || last >= first {
             return Err(format!(
                 "the training loss did not fall: {first:.4} over the first steps, \
                  {last:.4} over the last"
@@ -204,7 +251,7 @@ impl StepComparison {
         }
         let (m, r) = (&self.mine.test, &self.reference.test);
         let rel = (m.loss() - r.loss()).abs() / r.loss().abs();
-        if !(rel <= LOSS_TOLERANCE) {
+        if rel.is_nan() || rel > LOSS_TOLERANCE {
             return Err(format!(
                 "test loss {:.5} but the real step reaches {:.5} from the same seed \
                  (relative difference {rel:.1e}, allowed {LOSS_TOLERANCE:.0e})",
@@ -213,7 +260,7 @@ impl StepComparison {
             ));
         }
         let dacc = (m.accuracy() - r.accuracy()).abs();
-        if !(dacc <= ACCURACY_TOLERANCE) {
+        if dacc.is_nan() || dacc > ACCURACY_TOLERANCE {
             return Err(format!(
                 "test accuracy {:.2}% but the real step reaches {:.2}% from the same seed",
                 100.0 * m.accuracy(),
@@ -237,16 +284,18 @@ impl StepComparison {
 }
 
 /// Trains `config` once with `step` and once with [`SgdStep`], from the same
-/// seed on the same data: see [`StepComparison::verdict`].
+/// initial weights (drawn once from the seed) on the same batches: see
+/// [`StepComparison::verdict`].
 pub fn compare_steps<S: TrainStep>(
     config: &Baseline,
     step: &mut S,
     train_set: &Dataset,
     test_set: &Dataset,
 ) -> Result<StepComparison, S::Error> {
-    let mine = config.run(step, train_set, test_set)?;
+    let init = config.initial_weights()?;
+    let mine = config.run_from(step, train_set, test_set, Some(&init))?;
     let reference = config
-        .run(&mut SgdStep, train_set, test_set)
+        .run_from(&mut SgdStep, train_set, test_set, Some(&init))
         .map_err(S::Error::from)?;
     Ok(StepComparison { mine, reference })
 }
