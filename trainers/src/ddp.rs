@@ -108,6 +108,14 @@ impl Default for DdpOptions {
     }
 }
 
+/// What [`Ddp::forward`] keeps for [`Ddp::backward`]: when the step began, and
+/// every stage's input and output.
+struct Pending {
+    start: Instant,
+    inputs: Vec<Tensor>,
+    outputs: Vec<Tensor>,
+}
+
 /// A finished bucket reduction, sent back by the communicator thread.
 struct Done {
     step: usize,
@@ -141,6 +149,8 @@ pub struct Ddp {
     broadcast_buffers: bool,
     timeout: Duration,
     step: usize,
+    /// The activations of a [`forward`](Ddp::forward) awaiting its backward.
+    pending: Option<Pending>,
 }
 
 impl std::fmt::Debug for Ddp {
@@ -283,6 +293,7 @@ impl Ddp {
             broadcast_buffers: opts.broadcast_buffers,
             timeout: opts.timeout,
             step: 0,
+            pending: None,
         };
         let all: Vec<Tensor> = ddp
             .params
@@ -372,6 +383,12 @@ impl Ddp {
         &self.timeline
     }
 
+    /// The timeline, for spans the training loop records around the step (data
+    /// loading, the optimizer).
+    pub fn timeline_mut(&mut self) -> &mut Timeline {
+        &mut self.timeline
+    }
+
     /// Applies the model (all stages); for evaluation, wrap in `tch::no_grad`.
     pub fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
         self.stages
@@ -404,15 +421,29 @@ impl Ddp {
     /// `.grad` (zero them between steps, as with any tch optimizer); unless inside
     /// [`no_sync`](Self::no_sync), they are averaged across ranks, bucket by bucket
     /// while backward still runs, before this returns. Returns the detached loss.
+    /// The same as [`forward`](Self::forward), `loss_fn`, [`backward`](Self::backward).
     pub fn forward_backward(
         &mut self,
         xs: &Tensor,
         loss_fn: impl FnOnce(&Tensor) -> Tensor,
     ) -> Result<Tensor> {
+        let out = self.forward(xs)?;
+        let loss = loss_fn(&out);
+        drop(out);
+        self.backward(&loss)?;
+        Ok(loss.f_detach()?)
+    }
+
+    /// The training forward of one step: starts the step's timeline, broadcasts
+    /// the buffers (if asked) and runs every stage, keeping each stage's input and
+    /// output for [`backward`](Self::backward), which must follow with a loss
+    /// computed from the returned output. A second `forward` before it drops the
+    /// first one's activations.
+    pub fn forward(&mut self, xs: &Tensor) -> Result<Tensor> {
+        self.pending = None;
         let start = Instant::now();
         let step = self.timeline.begin_step(start);
         self.step = step;
-        let sync = self.require_sync;
         if self.broadcast_buffers && !self.buffers.is_empty() && self.world_size() > 1 {
             let b: Vec<Tensor> = self.buffers.iter().map(Tensor::shallow_clone).collect();
             self.broadcast(&b, 0)?;
@@ -433,8 +464,30 @@ impl Ddp {
             inputs.push(input);
             outputs.push(h.shallow_clone());
         }
-        let loss = loss_fn(&h);
-        drop(h);
+        self.pending = Some(Pending {
+            start,
+            inputs,
+            outputs,
+        });
+        Ok(h)
+    }
+
+    /// The backward of the step [`forward`](Self::forward) began, from `loss` (a
+    /// scalar computed from its output): stage by stage, last first, handing each
+    /// finished bucket to the communicator thread; unless inside
+    /// [`no_sync`](Self::no_sync), returns once every bucket is averaged across
+    /// ranks and copied back into the gradients.
+    pub fn backward(&mut self, loss: &Tensor) -> Result<()> {
+        let Pending {
+            start,
+            mut inputs,
+            mut outputs,
+        } = self.pending.take().ok_or_else(|| {
+            Error::InvalidArgument("Ddp::backward without a forward before it".into())
+        })?;
+        let sync = self.require_sync;
+        let n = self.stages.len();
+        // The forward span ends here, so it includes the loss (as in one call).
         let fwd_end = Instant::now();
         self.timeline.span(
             "forward",
@@ -483,7 +536,7 @@ impl Ddp {
             self.wait_buckets(bwd_end)?;
         }
         // ANCHOR_END: staged_backward
-        Ok(loss.f_detach()?)
+        Ok(())
     }
 
     /// Copies bucket `b`'s gradients in and queues its all_reduce.

@@ -1,5 +1,6 @@
-//! What happened when, per training step: backward per stage, buckets becoming
-//! ready, all_reduce start and end, the wait for communication. Exported as a
+//! What happened when, per training step: data loading, forward, backward per
+//! stage, buckets becoming ready, all_reduce start and end, the wait for
+//! communication, the optimizer. Exported as a
 //! Chrome trace (open it in `chrome://tracing` or <https://ui.perfetto.dev>):
 //! `{"traceEvents":[{"name","ph":"X","ts","dur","pid","tid"}, ...]}`, timestamps in
 //! microseconds since the Unix epoch, so the traces of ranks on one host line up
@@ -34,7 +35,8 @@ pub const DEFAULT_EVENT_STEPS: usize = 200;
 pub struct TraceEvent {
     /// What happened.
     pub name: String,
-    /// Category (`forward`, `backward`, `bucket`, `comm`, `wait`).
+    /// Category (`data`, `forward`, `backward`, `bucket`, `comm`, `wait`,
+    /// `optimizer`).
     pub cat: &'static str,
     /// `'X'` (complete span) or `'i'` (instant).
     pub ph: char,
@@ -166,8 +168,11 @@ impl Timeline {
         }
     }
 
+    /// The step a new event belongs to, if its events are still kept: the latest
+    /// step, or step 0 before the first one began (the first batch's data loading
+    /// comes before its forward).
     fn recording(&self) -> Option<usize> {
-        let step = self.steps.len().checked_sub(1)?;
+        let step = self.steps.len().saturating_sub(1);
         (step < self.event_steps).then_some(step)
     }
 

@@ -2,6 +2,10 @@
 //! metric tallies (summed across ranks), evaluation, throughput timing, and the seed
 //! of any per-step randomness. [`crate::metrics`] writes the results.
 //!
+//! The step itself is a seam, [`step::TrainStep`] ([`step::SgdStep`] is the real
+//! one), timed phase by phase with a [`phases::PhaseClock`]; [`baseline`] is the
+//! single-device loop around it that the workshop starts from.
+//!
 //! ```no_run
 //! use tch::nn::{ModuleT, VarStore};
 //! use trainers::{data, models, optim::{Sgd, SgdConfig}, sampler::DistributedSampler, train};
@@ -32,6 +36,10 @@ use tch::{Kind, Reduction, Tensor};
 use crate::data::Dataset;
 use crate::sampler::{DistributedSampler, Tail};
 use crate::{Error, Result};
+
+pub mod baseline;
+pub mod phases;
+pub mod step;
 
 /// Mean cross-entropy of `logits` `[N, C]` against class `labels` `[N]` (the loss to
 /// call `backward` on): `F.cross_entropy(logits, labels)`.

@@ -23,7 +23,9 @@ use trainers::metrics::{EpochRecord, Metrics, StepRecord};
 use trainers::models::Arch;
 use trainers::optim::{Sgd, SgdConfig};
 use trainers::sampler::DistributedSampler;
-use trainers::timeline;
+use trainers::timeline::{self, TID_COMPUTE};
+use trainers::train::phases::{Phase, PhaseClock, PhaseTimes};
+use trainers::train::step::{Batch, SgdStep, TrainStep};
 use trainers::train::{self, Tally};
 
 /// Data-parallel training (PyTorch DDP semantics) of a small model on Fashion-MNIST.
@@ -47,7 +49,8 @@ struct Args {
     /// Batch size per rank.
     #[arg(long, default_value_t = 64)]
     batch: usize,
-    /// Learning rate [default: 0.01 × world size].
+    /// Learning rate [default: 0.01 × world size, linear scaling in the ranks;
+    /// --accumulate does not change it].
     #[arg(long)]
     lr: Option<f64>,
     /// SGD momentum.
@@ -100,6 +103,10 @@ struct Args {
     /// Resume from DIR/last.safetensors (needs --checkpoint).
     #[arg(long, requires = "checkpoint")]
     resume: bool,
+    /// Train nothing: load DIR/last.safetensors (needs --checkpoint), evaluate it
+    /// on the test set and print its loss and accuracy (with --json, the summary).
+    #[arg(long, requires = "checkpoint", conflicts_with_all = ["resume", "no_eval"])]
+    evaluate: bool,
     /// Skip the evaluation on the test set.
     #[arg(long)]
     no_eval: bool,
@@ -200,7 +207,7 @@ fn run(
         seed: args.seed,
         ..Default::default()
     };
-    if let (true, Some(path)) = (args.resume, &ckpt) {
+    if let (true, Some(path)) = (args.resume || args.evaluate, &ckpt) {
         if path.exists() {
             state = checkpoint::load(path, &vs, Some(&mut opt))
                 .with_context(|| format!("resuming from {}", path.display()))?;
@@ -213,24 +220,60 @@ fn run(
                     state.step
                 );
             }
+        } else if args.evaluate {
+            bail!("--evaluate: no checkpoint at {}", path.display());
         } else if rank == 0 {
             eprintln!("no checkpoint at {} yet: starting fresh", path.display());
         }
+    }
+    if args.evaluate {
+        let val = ddp.with_communicator(|model, c| {
+            train::evaluate(model, &test_set, &test_shard(&test_set, c)?, 1000, Some(c))
+        })??;
+        if rank == 0 {
+            eprintln!(
+                "evaluated {} (step {}) on {} test examples: loss {:.4}, accuracy {:.2}%",
+                ckpt.as_deref()
+                    .unwrap_or(std::path::Path::new("-"))
+                    .display(),
+                state.step,
+                val.count(),
+                val.loss(),
+                100.0 * val.accuracy()
+            );
+            if args.json {
+                print_summary(
+                    args,
+                    &Summary {
+                        world,
+                        steps: state.step,
+                        timed_steps: 0,
+                        samples_per_s: 0.0,
+                        val: Some(val),
+                        exposed: None,
+                        phases: None,
+                        ddp: &ddp,
+                    },
+                )?;
+            }
+        }
+        return Ok(());
     }
     if let Some(dir) = &args.checkpoint {
         if rank == 0 {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
     }
-    if rank == 0 {
+    if rank == 0 && !args.evaluate {
         eprintln!(
-            "ringside-train: {} on {} rank(s), backend {}, {} params, batch {}×{world}, lr {lr}, \
+            "ringside-train: {} on {} rank(s), backend {}, {} params, {}; {}, \
              buckets {:?} B, stages {:?}; {}",
             args.model_name(),
             world,
             args.job.backend,
             trainers::models::param_count(&vs),
-            args.batch,
+            batch_line(args.batch, args.accumulate, world),
+            lr_line(args.lr, args.accumulate, world),
             ddp.bucket_bytes(),
             ddp.stage_labels(),
             trainers::torch_info()
@@ -241,6 +284,8 @@ fn run(
         Metrics::new(rank, world, args.metrics.as_deref(), args.resume)?.log_every(args.log_every);
     let sampler = DistributedSampler::new(train_set.len(), world, rank)?.with_seed(args.seed);
     let eval_sampler = DistributedSampler::for_eval(test_set.len(), world, rank)?;
+    let mut clock = PhaseClock::new(device);
+    let mut step_fn = SgdStep;
     let max_steps = args.steps.unwrap_or(u64::MAX);
     let global_batch = (args.batch * world * args.accumulate) as f64;
     // Throughput over the timed steps only (after warm-up, without evaluation).
@@ -261,10 +306,11 @@ fn run(
         } else {
             0
         };
+        let done = (skip / args.accumulate) as u64;
         metrics.begin_epoch(
             epoch,
-            steps_in_epoch as u64,
-            (skip / args.accumulate) as u64,
+            bar_len(steps_in_epoch as u64, done, state.step, max_steps),
+            done,
         );
         let mut tally = Tally::new();
         let epoch_start = Instant::now();
@@ -274,31 +320,50 @@ fn run(
                 break;
             }
             let t0 = Instant::now();
-            opt.zero_grad();
             let mut loss = 0.0;
             let (count0, correct0) = (tally.count(), tally.correct());
             for micro in 0..args.accumulate {
-                let (x, y) = train_set.batch(batches[b + micro])?;
-                let k = args.accumulate as f64;
-                let mut fb = |d: &mut Ddp| {
-                    d.forward_backward(&x, |logits| {
-                        // The epoch's training loss and accuracy (a few argmaxes of
-                        // 64×10: noise next to the step).
-                        let _ = tally.add_batch(logits, &y);
-                        logits.cross_entropy_for_logits(&y) / k
+                let batch = clock.time(Phase::Data, || -> anyhow::Result<Batch> {
+                    let (x, y) = train_set.batch(batches[b + micro])?;
+                    Ok(Batch {
+                        x,
+                        y,
+                        accumulate: args.accumulate,
                     })
-                };
-                let l = if micro + 1 < args.accumulate {
-                    ddp.no_sync(|d| fb(d))?
+                })?;
+                // All but the last micro-batch only accumulate their gradients.
+                let out = if micro + 1 < args.accumulate {
+                    ddp.no_sync(|d| step_fn.forward_backward(d, &batch, &mut clock))?
                 } else {
-                    fb(&mut ddp)?
+                    step_fn.forward_backward(&mut ddp, &batch, &mut clock)?
                 };
-                loss += l.f_double_value(&[])?;
+                // The epoch's training loss and accuracy (a few argmaxes of
+                // 64×10: noise next to the step).
+                tally.add_batch(&out.logits, &batch.y)?;
+                loss += out.loss.f_double_value(&[])?;
             }
             if let Some(max) = args.clip {
+                let t = Instant::now();
                 ddp.clip_grad_norm(max)?;
+                clock.record(Phase::Optimizer, t, Instant::now());
             }
-            opt.step()?;
+            step_fn.optimizer_step(&mut opt, &mut clock)?;
+            clock.end_step();
+            // The data and optimizer spans go into DDP's timeline beside its
+            // forward, backward and communication spans.
+            for span in clock.take_spans() {
+                if matches!(span.phase, Phase::Data | Phase::Optimizer) {
+                    let name = span.phase.name();
+                    ddp.timeline_mut().span(
+                        name,
+                        name,
+                        TID_COMPUTE,
+                        span.start,
+                        span.end,
+                        Default::default(),
+                    );
+                }
+            }
             let seen = (tally.count() - count0).max(1);
             let acc = (tally.correct() - correct0) as f64 / seen as f64;
             b += args.accumulate;
@@ -356,6 +421,13 @@ fn run(
         }
     }
     metrics.flush()?;
+    // Nothing left to train (a resumed run that had already reached --steps or
+    // --epochs): report the restored model rather than no accuracy at all.
+    if last_val.is_none() && !args.no_eval {
+        last_val = Some(ddp.with_communicator(|model, c| {
+            train::evaluate(model, &test_set, &eval_sampler, 1000, Some(c))
+        })??);
+    }
 
     let exposed = ddp.timeline().mean_exposed_pct(args.warmup as usize);
     if let Some(path) = &args.trace {
@@ -375,6 +447,7 @@ fn run(
     } else {
         0.0
     };
+    let phases = (!clock.steps().is_empty()).then(|| clock.median(args.warmup as usize));
     if rank == 0 {
         let acc = last_val.as_ref().map(Tally::accuracy);
         eprintln!(
@@ -386,27 +459,120 @@ fn run(
             acc.map_or("-".into(), |a| format!("{:.2}%", 100.0 * a)),
             exposed.map_or("-".into(), |e| format!("{e:.1}% of step time")),
         );
+        if let Some(p) = &phases {
+            eprintln!("{}", phase_line(p, args.warmup, clock.steps().len()));
+        }
         if args.json {
-            let line = json!({
-                "impl": "ringside",
-                "backend": args.job.backend.name(),
-                "model": args.model_name(),
-                "world_size": world,
-                "batch_per_rank": args.batch,
-                "steps": state.step,
-                "timed_steps": timed_steps,
-                "samples_per_s": samples_per_s,
-                "test_accuracy": acc,
-                "test_loss": last_val.as_ref().map(Tally::loss),
-                "exposed_comm_pct": exposed,
-                "bucket_bytes": ddp.bucket_bytes(),
-                "threads": args.threads,
-            });
-            let mut out = std::io::stdout().lock();
-            writeln!(out, "{line}")?;
+            print_summary(
+                args,
+                &Summary {
+                    world,
+                    steps: state.step,
+                    timed_steps,
+                    samples_per_s,
+                    val: last_val,
+                    exposed,
+                    phases,
+                    ddp: &ddp,
+                },
+            )?;
         }
     }
     Ok(())
+}
+
+/// What the `--json` line reports.
+struct Summary<'a> {
+    world: usize,
+    steps: u64,
+    timed_steps: u64,
+    samples_per_s: f64,
+    val: Option<Tally>,
+    exposed: Option<f64>,
+    phases: Option<PhaseTimes>,
+    ddp: &'a Ddp,
+}
+
+/// Prints the one JSON summary line on stdout.
+fn print_summary(args: &Args, s: &Summary<'_>) -> anyhow::Result<()> {
+    let phases_ms = s.phases.map(|p| {
+        Phase::ALL
+            .iter()
+            .map(|&ph| (ph.name().to_string(), json!(1e3 * p.get(ph))))
+            .collect::<serde_json::Map<_, _>>()
+    });
+    let line = json!({
+        "impl": "ringside",
+        "backend": args.job.backend.name(),
+        "model": args.model_name(),
+        "world_size": s.world,
+        "batch_per_rank": args.batch,
+        "accumulate": args.accumulate,
+        "effective_batch": args.batch * args.accumulate * s.world,
+        "steps": s.steps,
+        "timed_steps": s.timed_steps,
+        "samples_per_s": s.samples_per_s,
+        "test_accuracy": s.val.as_ref().map(Tally::accuracy),
+        "test_loss": s.val.as_ref().map(Tally::loss),
+        "exposed_comm_pct": s.exposed,
+        "phase_ms": phases_ms,
+        "bucket_bytes": s.ddp.bucket_bytes(),
+        "threads": args.threads,
+        "evaluate_only": args.evaluate,
+    });
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    Ok(())
+}
+
+/// The batch as the optimizer sees it: per rank, times accumulation, times ranks.
+fn batch_line(batch: usize, accumulate: usize, world: usize) -> String {
+    format!(
+        "batch {batch} per rank × {accumulate} accumulated × {world} rank(s) = \
+         effective batch {}",
+        batch * accumulate * world
+    )
+}
+
+/// The learning rate and the rule that set it. The default scales linearly with
+/// the rank count only; nothing scales it with --accumulate, so say what linear
+/// scaling in the whole effective batch would give.
+fn lr_line(given: Option<f64>, accumulate: usize, world: usize) -> String {
+    let linear = 0.01 * (world * accumulate) as f64;
+    match given {
+        None if accumulate == 1 => format!(
+            "lr {} (0.01 × {world} rank(s): linear scaling with the rank count)",
+            0.01 * world as f64
+        ),
+        None => format!(
+            "lr {} (0.01 × {world} rank(s); unchanged by --accumulate {accumulate}: \
+             linear scaling in the effective batch would be {linear})",
+            0.01 * world as f64
+        ),
+        Some(lr) => format!(
+            "lr {lr} as given (no rule applied; linear scaling from 0.01 per rank's \
+             batch would be {linear})"
+        ),
+    }
+}
+
+/// The progress bar's length for an epoch of `in_epoch` steps of which `done`
+/// are done, when `so_far` steps have run and at most `max` may: the steps this
+/// run will really reach, so that `--steps` shows its own ETA, not the epoch's.
+fn bar_len(in_epoch: u64, done: u64, so_far: u64, max: u64) -> u64 {
+    in_epoch.min(done.saturating_add(max.saturating_sub(so_far)))
+}
+
+/// The per-phase split of the median step, and what dominates it.
+fn phase_line(p: &PhaseTimes, warmup: u64, steps: usize) -> String {
+    format!(
+        "per-phase split of a step (medians over {} step(s) after {warmup} warm-up, \
+         this rank): {}; total {:.2} ms, most in {}",
+        steps.saturating_sub(warmup as usize),
+        p.summary(),
+        1e3 * p.total(),
+        p.largest().name()
+    )
 }
 
 impl Args {
@@ -417,6 +583,11 @@ impl Args {
             Arch::Resnet => "resnet",
         }
     }
+}
+
+/// This rank's exact share of the test set.
+fn test_shard(test_set: &Dataset, c: &dyn Communicator) -> trainers::Result<DistributedSampler> {
+    DistributedSampler::for_eval(test_set.len(), c.world_size(), c.rank())
 }
 
 fn mib(mb: f64) -> usize {
@@ -453,4 +624,37 @@ fn gather_bytes(c: &dyn Communicator, mine: &[u8]) -> anyhow::Result<Vec<Vec<u8>
         .enumerate()
         .map(|(r, &n)| all[r * max..][..n as usize].to_vec())
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--steps 60` in an epoch of 937: the bar is 60 long (its ETA is the
+    /// run's), and a resumed epoch counts the steps already done.
+    #[test]
+    fn the_progress_bar_is_as_long_as_the_steps_this_run_reaches() {
+        assert_eq!(bar_len(937, 0, 0, 60), 60);
+        assert_eq!(bar_len(937, 0, 0, u64::MAX), 937);
+        // Resumed at step 40 of epoch 1 (10 of its steps done), --steps 100.
+        assert_eq!(bar_len(937, 10, 40, 100), 70);
+        // A later epoch, the limit beyond it.
+        assert_eq!(bar_len(50, 0, 1000, 2000), 50);
+        assert_eq!(bar_len(937, 5, 60, 60), 5);
+    }
+
+    #[test]
+    fn the_lr_line_names_the_rule_and_the_effective_batch() {
+        assert_eq!(
+            batch_line(64, 2, 3),
+            "batch 64 per rank × 2 accumulated × 3 rank(s) = effective batch 384"
+        );
+        let l = lr_line(None, 2, 1);
+        assert!(
+            l.starts_with("lr 0.01 ") && l.contains("would be 0.02"),
+            "{l}"
+        );
+        assert!(lr_line(None, 1, 4).contains("linear scaling with the rank count"));
+        assert!(lr_line(Some(0.05), 1, 1).contains("as given (no rule applied"));
+    }
 }
