@@ -129,3 +129,48 @@ fn a_restored_model_is_evaluated_with_or_without_training() {
     let text = String::from_utf8_lossy(&missing.stderr);
     assert!(text.contains("--evaluate: no checkpoint at"), "{text}");
 }
+
+/// Resuming with another `--nproc` than the checkpoint's went on silently with a
+/// different data order: it is refused, saying why and how, unless asked.
+#[test]
+fn resuming_with_another_rank_count_is_refused_unless_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join("ck");
+    summary(&train(&[
+        "--steps",
+        "2",
+        "--no-eval",
+        "--checkpoint",
+        arg(&ckpt),
+    ]));
+    let resume = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_ringside-train"))
+            .args(["--nproc", "2", "--synthetic", "256", "--batch", "16"])
+            .args(["--timeout", "60", "--json", "--steps", "4", "--no-eval"])
+            .args(["--checkpoint", arg(&ckpt), "--resume"])
+            .args(extra)
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .unwrap()
+    };
+    let before = std::fs::read(ckpt.join("last.safetensors")).unwrap();
+    let refused = resume(&[]);
+    let text = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{text}");
+    assert!(
+        text.contains("written by a 1-rank run and this run has 2")
+            && text.contains("--nproc 1")
+            && text.contains("--allow-world-change"),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read(ckpt.join("last.safetensors")).unwrap(),
+        before
+    );
+    let (v, stderr) = summary(&resume(&["--allow-world-change"]));
+    assert!(
+        stderr.contains("warning: ") && stderr.contains("going on"),
+        "{stderr}"
+    );
+    assert_eq!(v["steps"], 4);
+}

@@ -103,6 +103,10 @@ struct Args {
     /// Resume from DIR/last.safetensors (needs --checkpoint).
     #[arg(long, requires = "checkpoint")]
     resume: bool,
+    /// Resume a checkpoint written with another number of ranks: the rest of its
+    /// epoch is re-sharded (some examples seen twice, some not at all).
+    #[arg(long, requires = "resume")]
+    allow_world_change: bool,
     /// Train nothing: load DIR/last.safetensors (needs --checkpoint), evaluate it
     /// on the test set and print its loss and accuracy (with --json, the summary).
     #[arg(long, requires = "checkpoint", conflicts_with_all = ["resume", "no_eval"])]
@@ -211,6 +215,9 @@ fn run(
         if path.exists() {
             state = checkpoint::load(path, &vs, Some(&mut opt))
                 .with_context(|| format!("resuming from {}", path.display()))?;
+            if args.resume {
+                check_world(&state, world, args.allow_world_change, rank, path)?;
+            }
             if rank == 0 {
                 eprintln!(
                     "resumed from {}: epoch {}, batch {}, step {}",
@@ -526,6 +533,39 @@ fn print_summary(args: &Args, s: &Summary<'_>) -> anyhow::Result<()> {
 }
 
 /// The batch as the optimizer sees it: per rank, times accumulation, times ranks.
+/// Resuming with another number of ranks than the checkpoint's changes the data
+/// order (DistributedSampler shards each epoch by world size), so the run would
+/// not continue the interrupted one: refused unless asked, and then said.
+fn check_world(
+    state: &TrainState,
+    world: usize,
+    allow: bool,
+    rank: usize,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    let Some(saved) = state.extra.get("world_size") else {
+        return Ok(());
+    };
+    if saved.parse::<usize>().ok() == Some(world) {
+        return Ok(());
+    }
+    let what = format!(
+        "{} was written by a {saved}-rank run and this run has {world}: the sampler shards \
+         each epoch by the number of ranks, so the rest of epoch {} would be re-sharded \
+         (some examples seen twice, some not at all) and the run would not continue the \
+         interrupted one",
+        path.display(),
+        state.epoch
+    );
+    if !allow {
+        bail!("{what}. Resume with --nproc {saved}, or pass --allow-world-change to go on anyway");
+    }
+    if rank == 0 {
+        eprintln!("warning: {what}; going on (--allow-world-change)");
+    }
+    Ok(())
+}
+
 fn batch_line(batch: usize, accumulate: usize, world: usize) -> String {
     format!(
         "batch {batch} per rank × {accumulate} accumulated × {world} rank(s) = \
