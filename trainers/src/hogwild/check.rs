@@ -49,6 +49,13 @@ pub fn check_pieces(
             ));
         }
     }
+    if !(report.final_loss.is_finite() && report.max_change.is_finite()) {
+        return Err(format!(
+            "{sharing}: the shared parameters diverged (loss {}, largest change {}): \
+             does the update step against the gradient, and by lr times it?",
+            report.final_loss, report.max_change
+        ));
+    }
     if report.max_change == 0.0 {
         return Err(format!(
             "{sharing}: the workers trained, but not one shared parameter changed: \

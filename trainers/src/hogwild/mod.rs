@@ -602,7 +602,10 @@ pub fn run_report_with(
     let mut max_change: f64 = 0.0;
     for ((_, p), p0) in params.iter().zip(&initial) {
         let d = p.f_sub(p0)?.f_abs()?.f_max()?.f_double_value(&[])?;
-        max_change = max_change.max(d);
+        // NaN (diverged) must show, and f64::max would drop it.
+        if d.is_nan() || d > max_change {
+            max_change = d;
+        }
     }
     let workers = children.outcomes(&region, timed_out)?;
     Ok(HogwildReport {
