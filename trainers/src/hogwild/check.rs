@@ -62,7 +62,8 @@ pub fn check_pieces(
              their updates did not reach the shared region"
         ));
     }
-    if !(report.final_loss < 0.7 * report.initial_loss) {
+    // Both finite here (checked above).
+    if report.final_loss >= 0.7 * report.initial_loss {
         return Err(format!(
             "{sharing}: the loss of the shared parameters went from {:.4} to {:.4}; \
              it should fall below 0.7 × the start",
