@@ -36,7 +36,7 @@ struct Args {
     #[arg(long, value_enum, default_value_t = Arch::Cnn)]
     model: Arch,
     /// Training images per run, split evenly among its workers (60000: one epoch).
-    #[arg(long, default_value_t = 30_000)]
+    #[arg(long, default_value_t = 24_000)]
     examples: usize,
     /// Images per step.
     #[arg(long, default_value_t = 32)]
