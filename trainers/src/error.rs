@@ -71,6 +71,10 @@ pub enum Error {
     /// failed: it panicked, died, hung up or did not answer in time.
     #[error("worker: {0}")]
     Worker(String),
+    /// A piece that a caller plugged into one of trainers' seams (a lab's
+    /// exercise, e.g. [`crate::hogwild::Pieces`]) failed: its own message, as is.
+    #[error("{0}")]
+    Piece(String),
     /// The operating system refused a call that has no file to name (shared memory,
     /// sockets, processes): `what` says which call and why it was made.
     #[error("{what}: {source}")]

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use trainers::hogwild::{self, HogwildConfig, KillWorker, Launcher, Sharing};
+use trainers::hogwild::{self, HogwildConfig, KillWorker, Launcher, Reference, Sharing};
 
 /// The worker's entry point. Run by the parent of the other tests; a no-op otherwise.
 #[test]
@@ -42,6 +42,10 @@ fn config(sharing: Sharing) -> HogwildConfig {
 
 fn trains_with_two_processes(sharing: Sharing) {
     tch::set_num_threads(1);
+    // The property lab 3's self-check asks of a learner's pieces, on trainers' own.
+    let checked = hogwild::check_pieces(&config(sharing), &launcher(), &Reference)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(checked.killed.contains("SIGKILL"), "{checked:?}");
     let report = hogwild::run(&config(sharing), &launcher()).unwrap();
     assert_eq!(report.workers.len(), 2);
     for w in &report.workers {
@@ -62,6 +66,19 @@ fn trains_with_two_processes(sharing: Sharing) {
     if let Some(path) = &report.shm_path {
         assert!(!path.exists(), "{} was left behind", path.display());
     }
+    // The parent's samples of the workers' slots: every step in the curve, the
+    // losses those of real batches.
+    let last = report.curve.last().expect("a loss curve");
+    assert_eq!(last.steps, 80, "{:?}", report.curve);
+    assert!(
+        report
+            .curve
+            .iter()
+            .all(|p| p.loss.is_finite() && p.loss > 0.0 && p.seconds > 0.0),
+        "{:?}",
+        report.curve
+    );
+    assert!((0.0..=1.0).contains(&report.final_accuracy));
 }
 
 #[test]

@@ -2,13 +2,19 @@
 //! memory, each updating it whenever it likes, without locks (PyTorch's
 //! `model.share_memory()` + `torch.multiprocessing` example).
 //!
-//! The parent builds an MLP, puts its trainable parameters in one shared-memory
-//! region, and starts `workers` copies of a program (its own executable, re-run with
-//! [`ENV_ROLE`] set; see [`Launcher`] and [`worker_from_env`]). Each worker maps the
-//! region, points its model's parameters at it (`Tensor::from_blob` + `set_data`, so
-//! libtorch's SGD writes straight into the shared pages), trains on its shard of a
-//! synthetic data set and counts its steps in its own slot of the region's header.
-//! The parent waits, then evaluates the shared parameters.
+//! The parent builds a model (an MLP or the CNN), puts its trainable parameters in
+//! one shared-memory region, and starts `workers` copies of a program (its own
+//! executable, re-run with [`ENV_ROLE`] set; see [`Launcher`] and
+//! [`worker_from_env`]). Each worker maps the region, points its model's parameters
+//! at it (`Tensor::from_blob` + `set_data`, so the SGD update writes straight into the
+//! shared pages), trains on its shard of Fashion-MNIST (or of a small synthetic set,
+//! for tests) and counts its steps and the sum of its batch losses in its own slot of
+//! the region's header. The parent samples those slots while it waits (the loss
+//! curve of [`HogwildReport::curve`]), then evaluates the shared parameters.
+//!
+//! Putting the parameters in the region and the lock-free update are a seam,
+//! [`Pieces`]: [`run_with`] and [`worker_from_env_with`] take a learner's version
+//! (lab 3), [`run`] and [`worker_from_env`] trainers' own ([`Reference`]).
 //!
 //! PyTorch's two sharing strategies are both here ([`Sharing`]):
 //!
@@ -30,8 +36,9 @@
 //! then stay in the shared parameters.
 //!
 //! Region layout: a 64-byte header (`magic`, total length, parameter count, worker
-//! count), one 64-byte slot per worker (attached pid, steps done: atomics, each on its
-//! own cache line), then the `f32` parameters in name order.
+//! count), one 64-byte slot per worker (attached pid, steps done, the sum of its batch
+//! losses as `f64` bits: atomics, each slot on its own cache line), then the `f32`
+//! parameters in name order.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -48,19 +55,31 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tch::nn::{self, ModuleT, OptimizerConfig};
+use tch::nn::{self, ModuleT};
 use tch::{Device, Kind, Tensor};
 
+use crate::data::{self, Dataset, Split};
 use crate::data_parallel::cross_entropy;
-use crate::models::{self, MlpConfig};
+use crate::models::{self, Arch, MlpConfig};
 use crate::{Error, Result};
 
+mod check;
+mod config;
+mod curve;
 mod fd_passing;
+mod pieces;
 mod region;
+mod stale;
 mod workers;
 
+pub use check::{PiecesChecked, check_pieces};
+pub use config::{HogwildConfig, KillWorker, Sharing};
+use curve::*;
 use fd_passing::*;
+pub use pieces::{Pieces, Reference};
 use region::*;
+use stale::*;
+pub use stale::{owner_pid, remove_stale_in, remove_stale_shm};
 use workers::*;
 
 /// Set (to the worker's rank) in a worker's environment: "you are a Hogwild worker".
@@ -80,193 +99,6 @@ const MAGIC: u64 = u64::from_le_bytes(*b"RSHOGWLD");
 const SLOT: usize = 64;
 /// The most workers a region has slots for.
 pub const MAX_WORKERS: usize = 256;
-
-/// How the workers get the shared memory (PyTorch's `torch.multiprocessing` sharing
-/// strategies).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
-pub enum Sharing {
-    /// An anonymous memory file whose descriptor is sent over a Unix socket.
-    FileDescriptor,
-    /// A named file in `/dev/shm`, opened by name.
-    FileSystem,
-}
-
-impl Sharing {
-    fn name(self) -> &'static str {
-        match self {
-            Sharing::FileDescriptor => "file_descriptor",
-            Sharing::FileSystem => "file_system",
-        }
-    }
-}
-
-/// Fault injection for tests: worker `rank` sends itself SIGKILL after `after_steps`
-/// optimizer steps (0: before it attaches to the shared memory).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KillWorker {
-    /// The worker to kill.
-    pub rank: usize,
-    /// Steps it does first.
-    pub after_steps: usize,
-}
-
-/// What to train and how.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HogwildConfig {
-    /// Worker processes, `1..=MAX_WORKERS`.
-    pub workers: usize,
-    /// SGD steps each worker takes.
-    pub steps: usize,
-    /// Examples per step.
-    pub batch: usize,
-    /// SGD learning rate.
-    pub lr: f64,
-    /// Hidden layer widths of the MLP (784 → … → 10).
-    pub hidden: Vec<i64>,
-    /// Size of the synthetic data set ([`crate::data::synthetic`]); worker `r` trains
-    /// on examples `r, r + workers, …`, the parent evaluates on all of them.
-    pub samples: usize,
-    /// Seed of the synthetic data set.
-    pub data_seed: u64,
-    /// How the workers get the shared memory.
-    pub sharing: Sharing,
-    /// How long the whole run may take before the parent kills the workers.
-    pub timeout: Duration,
-    /// Fault injection (tests).
-    pub kill_worker: Option<KillWorker>,
-}
-
-impl Default for HogwildConfig {
-    /// 2 workers × 100 steps of 16 on 1,024 synthetic examples, MLP 784-32-10.
-    fn default() -> Self {
-        HogwildConfig {
-            workers: 2,
-            steps: 100,
-            batch: 16,
-            lr: 0.05,
-            hidden: vec![32],
-            samples: 1024,
-            data_seed: 1,
-            sharing: Sharing::FileDescriptor,
-            timeout: Duration::from_secs(120),
-            kill_worker: None,
-        }
-    }
-}
-
-impl HogwildConfig {
-    /// Checks the numbers are usable.
-    pub fn validate(&self) -> Result<()> {
-        let bad = |what: String| Err(Error::InvalidArgument(what));
-        if self.workers == 0 || self.workers > MAX_WORKERS {
-            return bad(format!(
-                "workers must be 1..={MAX_WORKERS}, got {}",
-                self.workers
-            ));
-        }
-        if self.steps == 0 || self.batch == 0 {
-            return bad("steps and batch must be at least 1".into());
-        }
-        if self.samples < self.workers {
-            return bad(format!(
-                "{} samples cannot give each of {} workers one",
-                self.samples, self.workers
-            ));
-        }
-        if !(self.lr.is_finite() && self.lr > 0.0) {
-            return bad(format!(
-                "the learning rate must be positive, got {}",
-                self.lr
-            ));
-        }
-        if self.hidden.iter().any(|&h| h <= 0) {
-            return bad(format!("hidden widths must be positive: {:?}", self.hidden));
-        }
-        if let Some(k) = self.kill_worker {
-            if k.rank >= self.workers {
-                return bad(format!("cannot kill worker {} of {}", k.rank, self.workers));
-            }
-        }
-        Ok(())
-    }
-
-    /// The model every process builds.
-    pub fn blueprint(&self) -> models::Blueprint {
-        models::mlp(&MlpConfig {
-            hidden: self.hidden.clone(),
-            ..Default::default()
-        })
-    }
-
-    /// One line for the environment: `key=value` pairs separated by `;`.
-    pub fn encode(&self) -> String {
-        let hidden: Vec<String> = self.hidden.iter().map(i64::to_string).collect();
-        let mut s = format!(
-            "workers={};steps={};batch={};lr={};hidden={};samples={};data_seed={};sharing={};timeout_ms={}",
-            self.workers,
-            self.steps,
-            self.batch,
-            self.lr,
-            hidden.join(","),
-            self.samples,
-            self.data_seed,
-            self.sharing.name(),
-            self.timeout.as_millis()
-        );
-        if let Some(k) = self.kill_worker {
-            s.push_str(&format!(";kill={}@{}", k.rank, k.after_steps));
-        }
-        s
-    }
-
-    /// The inverse of [`encode`](Self::encode).
-    pub fn decode(s: &str) -> Result<HogwildConfig> {
-        let bad = |what: &str| Error::InvalidArgument(format!("hogwild config {s:?}: {what}"));
-        let num = |v: &str, key: &str| {
-            v.parse::<u64>()
-                .map_err(|_| bad(&format!("{key}={v} is not a number")))
-        };
-        let mut c = HogwildConfig::default();
-        for pair in s.split(';').filter(|p| !p.is_empty()) {
-            let (key, v) = pair
-                .split_once('=')
-                .ok_or_else(|| bad(&format!("{pair:?} is not key=value")))?;
-            match key {
-                "workers" => c.workers = num(v, key)? as usize,
-                "steps" => c.steps = num(v, key)? as usize,
-                "batch" => c.batch = num(v, key)? as usize,
-                "samples" => c.samples = num(v, key)? as usize,
-                "data_seed" => c.data_seed = num(v, key)?,
-                "timeout_ms" => c.timeout = Duration::from_millis(num(v, key)?),
-                "lr" => c.lr = v.parse().map_err(|_| bad(&format!("lr={v}")))?,
-                "hidden" => {
-                    c.hidden = v
-                        .split(',')
-                        .filter(|h| !h.is_empty())
-                        .map(|h| h.parse().map_err(|_| bad(&format!("hidden={v}"))))
-                        .collect::<Result<_>>()?
-                }
-                "sharing" => {
-                    c.sharing = match v {
-                        "file_descriptor" => Sharing::FileDescriptor,
-                        "file_system" => Sharing::FileSystem,
-                        _ => return Err(bad(&format!("unknown sharing {v}"))),
-                    }
-                }
-                "kill" => {
-                    let (r, n) = v.split_once('@').ok_or_else(|| bad("kill=RANK@STEPS"))?;
-                    c.kill_worker = Some(KillWorker {
-                        rank: num(r, key)? as usize,
-                        after_steps: num(n, key)? as usize,
-                    });
-                }
-                _ => return Err(bad(&format!("unknown key {key}"))),
-            }
-        }
-        c.validate()?;
-        Ok(c)
-    }
-}
 
 /// The program the parent starts as workers: usually its own executable, whose
 /// `main` calls [`worker_from_env`] first. A test binary passes libtest arguments
@@ -318,21 +150,44 @@ pub struct WorkerOutcome {
     pub stderr_tail: String,
 }
 
+/// One sample of a run's training loss.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LossPoint {
+    /// Seconds since the region was created (the workers' start-up included).
+    pub seconds: f64,
+    /// Steps all workers had done by then.
+    pub steps: u64,
+    /// Mean batch loss of the steps done since the previous sample, over all
+    /// workers (each worker adds its batch loss to its slot after every step).
+    pub loss: f64,
+}
+
 /// What a [`run`] did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HogwildReport {
     /// One per worker, by rank.
     pub workers: Vec<WorkerOutcome>,
-    /// Mean loss of the initial parameters over the whole data set.
+    /// Mean loss of the initial parameters on the evaluation set
+    /// ([`HogwildConfig::eval_set`]).
     pub initial_loss: f64,
     /// Mean loss of the shared parameters after the workers ended.
     pub final_loss: f64,
+    /// Accuracy (0..=1) of the shared parameters after the workers ended.
+    pub final_accuracy: f64,
+    /// Examples in the evaluation set.
+    pub evaluated_on: usize,
+    /// The training loss as the workers went, sampled by the parent every
+    /// [`HogwildConfig::sample_every`].
+    pub curve: Vec<LossPoint>,
     /// Trainable scalars shared.
     pub parameters: usize,
     /// The largest change of any shared parameter.
     pub max_change: f64,
     /// The named file used (file system sharing), already removed.
     pub shm_path: Option<PathBuf>,
+    /// The region's name: its file in [`SHM_DIR`] (file system sharing) or its
+    /// abstract socket's name (descriptor sharing, where no file is ever made).
+    pub region_name: String,
     /// Stale files of dead parents removed before starting.
     pub stale_removed: Vec<PathBuf>,
     /// From creating the region to the last worker's end.
@@ -371,23 +226,42 @@ impl HogwildReport {
 /// Runs a Hogwild training: creates the shared parameters, starts the workers with
 /// `launcher`, waits for them, evaluates. Fails if any worker failed.
 pub fn run(config: &HogwildConfig, launcher: &Launcher) -> Result<HogwildReport> {
-    run_report(config, launcher)?.into_result()
+    run_with(config, launcher, &Reference)
+}
+
+/// [`run`] with other [`Pieces`] (the workers must use the same ones: see
+/// [`worker_from_env_with`]).
+pub fn run_with(
+    config: &HogwildConfig,
+    launcher: &Launcher,
+    pieces: &dyn Pieces,
+) -> Result<HogwildReport> {
+    run_report_with(config, launcher, pieces)?.into_result()
 }
 
 /// [`run`], but returns the report even when workers failed (errors only for what
 /// stops the parent itself).
 pub fn run_report(config: &HogwildConfig, launcher: &Launcher) -> Result<HogwildReport> {
+    run_report_with(config, launcher, &Reference)
+}
+
+/// [`run_report`] with other [`Pieces`].
+pub fn run_report_with(
+    config: &HogwildConfig,
+    launcher: &Launcher,
+    pieces: &dyn Pieces,
+) -> Result<HogwildReport> {
     config.validate()?;
     let stale_removed = remove_stale_shm()?;
 
     // The parent's copy of the model: initial parameters, then evaluation.
     let vs = nn::VarStore::new(Device::Cpu);
     let model = config.blueprint().build(&vs.root());
-    let params = trainable(&vs);
+    let params = trainable(&vs)?;
     let floats: usize = params.iter().map(|(_, t)| t.numel()).sum();
     let len = params_offset(config.workers) + 4 * floats;
-    let data = crate::data::synthetic(config.samples, config.data_seed)?;
-    let initial_loss = eval_loss(&model, &data)?;
+    let data = config.eval_set()?;
+    let (initial_loss, _) = evaluate(&model, &data)?;
 
     let start = Instant::now();
     let name = unique_name();
@@ -412,12 +286,12 @@ pub fn run_report(config: &HogwildConfig, launcher: &Launcher) -> Result<Hogwild
     };
     let mut shared = Some(shared);
     region.init(config.workers, floats)?;
-    tch::no_grad(|| -> Result<()> {
-        for (view, (_, p)) in region.param_views(&params)?.into_iter().zip(&params) {
-            view.shallow_clone().f_copy_(p)?;
-        }
-        Ok(())
-    })?;
+    {
+        let (names, tensors) = split_names(&params);
+        let views = region.param_views(&params)?;
+        pieces.fill(&tensors, &views)?;
+        pieces::check_filled(&names, &tensors, &views)?;
+    }
     let initial: Vec<Tensor> = tch::no_grad(|| {
         params
             .iter()
@@ -432,8 +306,10 @@ pub fn run_report(config: &HogwildConfig, launcher: &Launcher) -> Result<Hogwild
     let mut children = Children::spawn(config, launcher, &name)?;
     let deadline = start + config.timeout;
     let mut timed_out = false;
+    let mut curve = LossCurve::new(start, config.sample_every);
     loop {
         children.poll()?;
+        curve.sample(&region, config.workers, false)?;
         if let Some(Shared::Fd { fd, listener }) = &shared {
             serve_descriptors(listener, &mut children, fd.as_raw_fd(), len);
         }
@@ -457,6 +333,7 @@ pub fn run_report(config: &HogwildConfig, launcher: &Launcher) -> Result<Hogwild
         std::thread::sleep(Duration::from_millis(2));
     }
     let elapsed = start.elapsed();
+    curve.sample(&region, config.workers, true)?;
     drop(shared);
     if let Some(guard) = named.as_mut() {
         guard.unlink()?;
@@ -469,20 +346,27 @@ pub fn run_report(config: &HogwildConfig, launcher: &Launcher) -> Result<Hogwild
         }
         Ok(())
     })?;
-    let final_loss = eval_loss(&model, &data)?;
+    let (final_loss, final_accuracy) = evaluate(&model, &data)?;
     let mut max_change: f64 = 0.0;
     for ((_, p), p0) in params.iter().zip(&initial) {
         let d = p.f_sub(p0)?.f_abs()?.f_max()?.f_double_value(&[])?;
-        max_change = max_change.max(d);
+        // NaN (diverged) must show, and f64::max would drop it.
+        if d.is_nan() || d > max_change {
+            max_change = d;
+        }
     }
     let workers = children.outcomes(&region, timed_out)?;
     Ok(HogwildReport {
         workers,
         initial_loss,
         final_loss,
+        final_accuracy,
+        evaluated_on: data.len(),
+        curve: curve.points,
         parameters: floats,
         max_change,
         shm_path: named.map(|g| g.path.clone()),
+        region_name: name,
         stale_removed,
         elapsed,
     })
@@ -503,11 +387,16 @@ pub struct WorkerReport {
 /// memory, trains, and returns `Some(report)`; the caller should then exit (with a
 /// failure status on error). In any other process: `None`, and nothing happens.
 pub fn worker_from_env() -> Option<Result<WorkerReport>> {
-    let rank = std::env::var(ENV_ROLE).ok()?;
-    Some(worker(&rank))
+    worker_from_env_with(&Reference)
 }
 
-fn worker(rank: &str) -> Result<WorkerReport> {
+/// [`worker_from_env`] with other [`Pieces`] (the parent's, see [`run_with`]).
+pub fn worker_from_env_with(pieces: &dyn Pieces) -> Option<Result<WorkerReport>> {
+    let rank = std::env::var(ENV_ROLE).ok()?;
+    Some(worker(&rank, pieces))
+}
+
+fn worker(rank: &str, pieces: &dyn Pieces) -> Result<WorkerReport> {
     let env = |key: &str| {
         std::env::var(key).map_err(|_| Error::InvalidArgument(format!("{key} is not set")))
     };
@@ -568,7 +457,7 @@ fn worker(rank: &str) -> Result<WorkerReport> {
     tch::set_num_threads(1);
     // The model, the views into the region and the optimizer must go before the
     // region is unmapped: they live in this inner function.
-    let report = train_worker(&config, rank, &region, kill_after)?;
+    let report = train_worker(&config, rank, &region, kill_after, pieces)?;
     drop(region);
     Ok(report)
 }
@@ -578,24 +467,25 @@ fn train_worker(
     rank: usize,
     region: &Mapping,
     kill_after: Option<usize>,
+    pieces: &dyn Pieces,
 ) -> Result<WorkerReport> {
     let vs = nn::VarStore::new(Device::Cpu);
     let model = config.blueprint().build(&vs.root());
-    let params = trainable(&vs);
+    let params = trainable(&vs)?;
     region.check(config.workers, params.iter().map(|(_, t)| t.numel()).sum())?;
-    for (view, (_, p)) in region.param_views(&params)?.into_iter().zip(&params) {
-        // The parameter keeps its identity (and its own `.grad`), but its numbers are
-        // now the shared ones: SGD's in-place update writes into shared memory.
-        p.shallow_clone().f_set_data(&view)?;
-    }
+    let (names, tensors) = split_names(&params);
+    let views = region.param_views(&params)?;
+    pieces.attach(&tensors, &views)?;
+    pieces::check_attached(&names, &tensors, &views)?;
     region
         .slot(rank, 0)?
         .store(u64::from(std::process::id()), Ordering::SeqCst);
 
-    let data = crate::data::synthetic(config.samples, config.data_seed)?;
-    let shard: Vec<usize> = (rank..config.samples).step_by(config.workers).collect();
-    let mut opt = nn::Sgd::default().build(&vs, config.lr)?;
+    let data = config.train_set()?;
+    let shard: Vec<usize> = (rank..data.len()).step_by(config.workers).collect();
     let steps = region.slot(rank, 8)?;
+    let loss_sum = region.slot(rank, 16)?;
+    let mut sum = 0.0f64;
     let mut last_loss = f64::NAN;
     for step in 0..config.steps {
         let idx: Vec<usize> = (0..config.batch)
@@ -603,10 +493,13 @@ fn train_worker(
             .collect();
         let (x, y) = data.batch(&idx)?;
         let loss = cross_entropy(&model.forward_t(&x, true), &y)?;
-        opt.zero_grad();
         loss.f_backward()?;
-        opt.step();
+        pieces.update(&tensors, config.lr)?;
         last_loss = loss.f_double_value(&[])?;
+        // Only this worker writes its slot; the loss sum goes first, so a parent that
+        // reads the step count first never sees a step without its loss.
+        sum += last_loss;
+        loss_sum.store(sum.to_bits(), Ordering::SeqCst);
         steps.fetch_add(1, Ordering::SeqCst);
         if kill_after == Some(step + 1) {
             kill_self();
@@ -628,66 +521,6 @@ fn kill_self() {
     }
 }
 
-/// Removes the named shared-memory files of this module whose owner (the pid in the
-/// name) is no longer running: what a killed parent left behind. Returns them.
-pub fn remove_stale_shm() -> Result<Vec<PathBuf>> {
-    remove_stale_in(Path::new(SHM_DIR))
-}
-
-/// [`remove_stale_shm`] in another folder.
-pub fn remove_stale_in(dir: &Path) -> Result<Vec<PathBuf>> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        // No /dev/shm: nothing can be stale there.
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(Error::Io {
-                path: dir.to_owned(),
-                source,
-            });
-        }
-    };
-    let mut removed = Vec::new();
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(owner_pid) else {
-            continue;
-        };
-        if pid_alive(pid) {
-            continue;
-        }
-        let path = entry.path();
-        match std::fs::remove_file(&path) {
-            Ok(()) => removed.push(path),
-            // Another process cleaned it up first.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(source) => return Err(Error::Io { path, source }),
-        }
-    }
-    Ok(removed)
-}
-
-/// The pid in `ringside-hogwild-<pid>-<n>`, if `name` has that form.
-pub fn owner_pid(name: &str) -> Option<i32> {
-    let rest = name.strip_prefix(SHM_PREFIX)?;
-    let (pid, n) = rest.split_once('-')?;
-    n.parse::<u64>().ok()?;
-    pid.parse().ok().filter(|&p: &i32| p > 0)
-}
-
-fn pid_alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists and may be signalled.
-    let r = unsafe { libc::kill(pid, 0) };
-    // EPERM: it exists but belongs to someone else.
-    r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
-
-fn unique_name() -> String {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    format!("{SHM_PREFIX}{}-{n}", std::process::id())
-}
-
 fn os(what: &str, source: io::Error) -> Error {
     Error::Os {
         what: what.to_owned(),
@@ -696,20 +529,46 @@ fn os(what: &str, source: io::Error) -> Error {
 }
 
 /// The trainable variables in name order: the layout of the shared parameters.
-fn trainable(vs: &nn::VarStore) -> Vec<(String, Tensor)> {
-    let mut v: Vec<(String, Tensor)> = vs
+/// A model with buffers (batch-norm statistics) is refused: they would not be shared.
+fn trainable(vs: &nn::VarStore) -> Result<Vec<(String, Tensor)>> {
+    let (mut v, buffers): (Vec<(String, Tensor)>, Vec<_>) = vs
         .variables()
         .into_iter()
-        .filter(|(_, t)| t.requires_grad())
-        .collect();
+        .partition(|(_, t)| t.requires_grad());
+    if let Some((name, _)) = buffers.first() {
+        return Err(Error::InvalidArgument(format!(
+            "the model has a buffer ({name}) that Hogwild would not share"
+        )));
+    }
     v.sort_by(|a, b| a.0.cmp(&b.0));
-    v
+    Ok(v)
 }
 
-fn eval_loss(model: &models::Stage, data: &crate::data::Dataset) -> Result<f64> {
-    tch::no_grad(|| cross_entropy(&model.forward_t(&data.images, false), &data.labels))?
-        .f_double_value(&[])
-        .map_err(Into::into)
+/// Names and tensors apart, as [`Pieces`] takes them.
+fn split_names(params: &[(String, Tensor)]) -> (Vec<String>, Vec<Tensor>) {
+    params
+        .iter()
+        .map(|(n, t)| (n.clone(), t.shallow_clone()))
+        .unzip()
+}
+
+/// Mean loss and accuracy of `model` on `data`, in batches of 1,000 (the CNN's
+/// activations for all 10,000 test images at once would take ~0.5 GB).
+fn evaluate(model: &models::Stage, data: &Dataset) -> Result<(f64, f64)> {
+    let n = data.len();
+    let (mut loss, mut correct) = (0.0, 0.0);
+    tch::no_grad(|| -> Result<()> {
+        for start in (0..n).step_by(1000) {
+            let len = 1000.min(n - start) as i64;
+            let x = data.images.f_narrow(0, start as i64, len)?;
+            let y = data.labels.f_narrow(0, start as i64, len)?;
+            let logits = model.forward_t(&x, false);
+            loss += cross_entropy(&logits, &y)?.f_double_value(&[])? * len as f64;
+            correct += crate::train::accuracy(&logits, &y)? * len as f64;
+        }
+        Ok(())
+    })?;
+    Ok((loss / n as f64, correct / n as f64))
 }
 
 #[cfg(test)]

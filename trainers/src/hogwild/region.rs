@@ -141,6 +141,7 @@ impl Mapping {
         for r in 0..workers {
             self.slot(r, 0)?.store(0, Ordering::SeqCst);
             self.slot(r, 8)?.store(0, Ordering::SeqCst);
+            self.slot(r, 16)?.store(0.0f64.to_bits(), Ordering::SeqCst);
         }
         // Written last: a reader that sees the magic sees a complete header.
         self.atomic(0)?.store(MAGIC, Ordering::SeqCst);

@@ -7,7 +7,9 @@ fn config_round_trips_through_the_environment_encoding() {
         steps: 7,
         batch: 5,
         lr: 0.125,
+        model: crate::models::Arch::Cnn,
         hidden: vec![16, 8],
+        data: Some(crate::data::DEFAULT_DIR.into()),
         samples: 99,
         data_seed: 42,
         sharing: Sharing::FileSystem,
@@ -16,6 +18,7 @@ fn config_round_trips_through_the_environment_encoding() {
             rank: 2,
             after_steps: 3,
         }),
+        sample_every: Duration::from_millis(100),
     };
     assert_eq!(HogwildConfig::decode(&c.encode()).unwrap(), c);
     let d = HogwildConfig::default();
@@ -27,6 +30,9 @@ fn config_round_trips_through_the_environment_encoding() {
         "sharing=pipes",
         "lr=-1",
         "kill=5@1",
+        "model=resnet",
+        "model=vgg",
+        "sample_ms=0",
     ] {
         assert!(HogwildConfig::decode(bad).is_err(), "{bad} was accepted");
     }
