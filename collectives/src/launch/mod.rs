@@ -523,6 +523,40 @@ impl BacktraceFilter {
     }
 }
 
+/// Makes `cmd` a child that cannot outlive its supervisor: its own process group
+/// (so stopping it stops whatever it started), and SIGKILL when the spawning thread
+/// ends (`PR_SET_PDEATHSIG`), checked against a supervisor that died before the
+/// child could ask. The launcher's ranks and Hogwild's workers are started this way.
+///
+/// Spawn from a thread that lives as long as the child should: the signal fires
+/// when the spawning *thread* ends.
+pub fn supervised(cmd: &mut Command) -> &mut Command {
+    let parent = std::process::id() as libc::pid_t;
+    cmd.process_group(0);
+    // SAFETY: the closure runs between fork and exec, so it may only make
+    // async-signal-safe calls and must not allocate: prctl and getppid
+    // qualify, and from_raw_os_error does not allocate.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The supervisor died before prctl took effect: do not run orphaned.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        })
+    }
+}
+
 /// Picks a port that is free on 127.0.0.1 right now.
 fn free_port() -> Result<u16> {
     std::net::TcpListener::bind(("127.0.0.1", 0))
@@ -583,7 +617,6 @@ pub fn spawn(spec: &LaunchSpec) -> Result<LaunchReport> {
     };
 
     let guard = Supervising::start();
-    let parent = std::process::id() as libc::pid_t;
     let mut ranks: Vec<Running> = Vec::with_capacity(spec.nproc_per_node);
     for local_rank in 0..spec.nproc_per_node {
         let rank = spec.node_rank * spec.nproc_per_node + local_rank;
@@ -601,30 +634,8 @@ pub fn spawn(spec: &LaunchSpec) -> Result<LaunchReport> {
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::inherit())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        // SAFETY: the closure runs between fork and exec, so it may only make
-        // async-signal-safe calls and must not allocate: prctl and getppid
-        // qualify, and from_raw_os_error does not allocate.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                ) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // The launcher died before prctl took effect: do not run orphaned.
-                if libc::getppid() != parent {
-                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-                }
-                Ok(())
-            });
-        }
+            .stderr(Stdio::piped());
+        supervised(&mut cmd);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {

@@ -36,7 +36,12 @@ impl Children {
         let encoded = config.encode();
         let mut children = Children { procs: Vec::new() };
         for rank in 0..config.workers {
-            let mut child = Command::new(&launcher.program)
+            let mut cmd = Command::new(&launcher.program);
+            // A worker must not outlive the run (a parent killed mid-run would
+            // leave workers writing into a region nobody reads): the launcher's
+            // rule for its ranks.
+            collectives::launch::supervised(&mut cmd);
+            let mut child = cmd
                 .args(&launcher.args)
                 .env(ENV_ROLE, rank.to_string())
                 .env(ENV_CONFIG, &encoded)
