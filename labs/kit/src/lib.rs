@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 
 mod run;
+pub mod testing;
 
 use std::fmt;
 
