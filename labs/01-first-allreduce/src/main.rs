@@ -31,14 +31,8 @@ struct Args {
 }
 
 fn main() -> std::process::ExitCode {
-    match run(Args::parse()) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            // One line per rank, the cause chain included ("rank 2: TODO(lab 01): ...").
-            eprintln!("{e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    // One line per rank, the cause chain included ("rank 2: TODO(lab 01): ...").
+    labkit::exit(run(Args::parse()), "")
 }
 
 fn run(args: Args) -> anyhow::Result<()> {

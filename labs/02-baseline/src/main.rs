@@ -52,13 +52,7 @@ struct Args {
 }
 
 fn main() -> std::process::ExitCode {
-    match run(Args::parse()) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("lab 2: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    labkit::exit(run(Args::parse()), "lab 2: ")
 }
 
 fn run(args: Args) -> anyhow::Result<()> {

@@ -54,13 +54,7 @@ struct Args {
 }
 
 fn main() -> std::process::ExitCode {
-    match run(Args::parse()) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("lab 4: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    labkit::exit(run(Args::parse()), "lab 4: ")
 }
 
 /// One bar: what a configuration measured.

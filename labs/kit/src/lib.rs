@@ -49,6 +49,19 @@ impl fmt::Display for Variant {
     }
 }
 
+/// A lab program's exit: success, or its error with the causes on one line of
+/// stderr after `prefix` (`"lab 2: "`; empty where the error already names the
+/// rank), and exit code 1.
+pub fn exit<E: fmt::Display>(result: Result<(), E>, prefix: &str) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{prefix}{e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// What a lab's exercise can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
