@@ -67,6 +67,10 @@ pub enum Error {
     /// A model could not be built or split as asked (unknown or misordered split names).
     #[error("model: {0}")]
     Model(String),
+    /// A pipeline schedule is incomplete or deadlocks, or a pipeline's result is not
+    /// the unsplit model's (`pipeline::plan`, `pipeline::check`).
+    #[error("pipeline: {0}")]
+    Pipeline(String),
     /// A worker of a parallel trainer (a replica or stage thread, a Hogwild process)
     /// failed: it panicked, died, hung up or did not answer in time.
     #[error("worker: {0}")]
