@@ -206,12 +206,14 @@ pub(super) fn run_stage(stage: &mut PipeStage, mut ctx: StageCtx) -> Result<Stag
                     (Some(targets), _) => {
                         let (y, weight) = &targets[m];
                         let l = (ctx.loss)(&out, y)?.f_mul_scalar(*weight)?;
+                        // Reading the loss waits for the device, so the span is honest.
                         total_loss += l.f_double_value(&[])?;
                         spans.push(span(k, m, Phase::Forward, begin, now()));
                         l
                     }
                     (None, Some(tx)) => {
                         let activation = out.f_detach()?;
+                        settle(stage.device);
                         // The span ends before the send: waking the next stage may take
                         // this thread's core away, and that wait is not this stage's work.
                         spans.push(span(k, m, Phase::Forward, begin, now()));
@@ -256,6 +258,7 @@ pub(super) fn run_stage(stage: &mut PipeStage, mut ctx: StageCtx) -> Result<Stag
                     Some(_) => Some(x.f_grad()?),
                     None => None,
                 };
+                settle(stage.device);
                 spans.push(span(k, m, Phase::Backward, begin, now()));
                 if let (Some(tx), Some(grad)) = (&ctx.send_grad, grad) {
                     send(tx, m, grad, || {
@@ -274,6 +277,14 @@ pub(super) fn run_stage(stage: &mut PipeStage, mut ctx: StageCtx) -> Result<Stag
         spans,
         loss: total_loss,
     })
+}
+
+/// Waits for the stage's GPU work to finish (CUDA kernels run asynchronously), so that
+/// a span ends when the work did, not when it was queued. Nothing on the CPU.
+fn settle(device: Device) {
+    if let Device::Cuda(i) = device {
+        tch::Cuda::synchronize(i as i64);
+    }
 }
 
 fn span(stage: usize, micro_batch: usize, phase: Phase, start: Duration, end: Duration) -> Span {
