@@ -13,8 +13,9 @@ use trainers::models::{self, Blueprint, MlpConfig};
 use trainers::pipeline::{self, Action, GPipe, Naive, Schedule, check, theoretical_bubble};
 
 /// Where the CNN is cut into two stages: before `conv2`, the cut that balances them best
-/// on a CPU (at batch 64 about 19 ms for `conv1 relu1 pool1`, forward and backward, and
-/// 13 ms for the rest; any later cut leaves the second stage under a millisecond).
+/// on a CPU (at batch 64 on one thread, forward and backward, about 14 ms for
+/// `conv1 relu1 pool1` and 14 ms for the rest; any later cut leaves the second stage
+/// under a millisecond).
 pub const CUT: &str = "conv2";
 
 /// The two schedules of the lab.

@@ -21,7 +21,7 @@ use tch::{Device, Tensor};
 use trainers::data::{DataArgs, Dataset, Split};
 use trainers::data_parallel::cross_entropy;
 use trainers::models;
-use trainers::pipeline::{self, GPipe, Pipeline, StepReport, theoretical_bubble};
+use trainers::pipeline::{self, GPipe, Phase, Pipeline, StepReport, theoretical_bubble};
 
 /// Lab 5: a CNN cut into stages over devices (CPU + GPU, or two CPU threads), trained
 /// on Fashion-MNIST stage after stage, then with GPipe's micro-batches; the measured
@@ -40,7 +40,8 @@ struct Args {
     /// The layers to cut before, one stage more than cuts (e.g. conv2,fc1 for three).
     #[arg(long, value_delimiter = ',', default_value = CUT)]
     cut: Vec<String>,
-    /// Timed training steps per schedule and M (after 2 warm-up steps).
+    /// Timed training steps per schedule and M, taken in 4 rounds over all settings
+    /// (plus one untimed step per round, two in the first).
     #[arg(long, default_value_t = 40)]
     steps: usize,
     /// The SGD learning rate.
@@ -71,6 +72,9 @@ struct Measured {
     wall: f64,
     /// Each stage's busy time.
     busy: Vec<f64>,
+    /// Each stage's busy time in the forward passes, and in the backward passes.
+    forward: Vec<f64>,
+    backward: Vec<f64>,
     bubble: f64,
     /// The step whose bubble was the median, for its timeline.
     typical: StepReport,
@@ -79,12 +83,70 @@ struct Measured {
     accuracy: f64,
 }
 
+/// One setting while it trains.
+struct Live {
+    pipe: Pipeline,
+    sched: Box<dyn pipeline::Schedule>,
+    reports: Vec<StepReport>,
+    times: Vec<f64>,
+    losses: Vec<f64>,
+}
+
+impl Live {
+    /// The medians over the timed steps, and the test accuracy reached.
+    fn finish(mut self, kind: Kind, m: usize, test: &Dataset) -> anyhow::Result<Measured> {
+        self.reports
+            .sort_by(|a, b| a.bubble().total_cmp(&b.bubble()));
+        let typical = self.reports.swap_remove(self.reports.len() / 2);
+        let per_stage = |phase: Option<Phase>| -> Vec<f64> {
+            (0..self.pipe.len())
+                .map(|s| {
+                    median(
+                        self.reports
+                            .iter()
+                            .map(|r| {
+                                ms_of(match phase {
+                                    Some(p) => r.busy_in(p)[s],
+                                    None => r.busy()[s],
+                                })
+                            })
+                            .collect(),
+                    )
+                })
+                .collect()
+        };
+        let busy = per_stage(None);
+        let forward = per_stage(Some(Phase::Forward));
+        let backward = per_stage(Some(Phase::Backward));
+        Ok(Measured {
+            kind,
+            m,
+            step: median(self.times),
+            wall: median(self.reports.iter().map(|r| ms_of(r.wall)).collect()),
+            busy,
+            forward,
+            backward,
+            bubble: typical.bubble(),
+            typical,
+            losses: self.losses,
+            accuracy: accuracy(&self.pipe, test)?,
+        })
+    }
+}
+
 fn run(args: Args) -> anyhow::Result<()> {
     let variant = Variant::from_env();
-    let (batch, ms, steps, warmup, test_rows) = if args.quick {
-        (32, vec![1, 2, 4], 3, 1, 500)
+    let (batch, ms, steps, warmup, rounds, test_rows) = if args.quick {
+        (32, vec![1, 2, 4], 3, 1, 1, 500)
     } else {
-        (args.batch, args.micro_batches.clone(), args.steps, 2, 2000)
+        (
+            args.batch,
+            args.micro_batches.clone(),
+            args.steps,
+            2,
+            4,
+            2000,
+        )
     };
     if ms.is_empty() || ms.iter().any(|&m| m == 0 || m > batch) || steps == 0 {
         bail!("need --steps ≥ 1 and micro-batch counts between 1 and the batch ({batch})");
@@ -119,11 +181,11 @@ fn run(args: Args) -> anyhow::Result<()> {
 
     let train = args.data.load(Split::Train)?;
     let test = args.data.load(Split::Test)?.head(test_rows)?;
-    if train.len() < (warmup + steps) * batch {
+    let total = warmup + rounds - 1 + steps;
+    if train.len() < total * batch {
         bail!(
-            "{} steps of {batch} need {} training examples; the set has {}",
-            warmup + steps,
-            (warmup + steps) * batch,
+            "{total} steps of {batch} need {} training examples; the set has {}",
+            total * batch,
             train.len()
         );
     }
@@ -132,80 +194,92 @@ fn run(args: Args) -> anyhow::Result<()> {
     let _ = models::cnn().build(&start.root());
     println!(
         "CNN cut before {} into {stages} stages; Fashion-MNIST, batch {batch}, {steps} timed \
-         steps (+{warmup} warm-up) per schedule and M, SGD lr {}",
+         steps (+{} untimed) per schedule and M in {rounds} round(s), SGD lr {}",
         cuts.join(", "),
+        total - steps,
         args.lr
     );
 
-    let train_one = |kind: Option<Kind>, m: usize| -> anyhow::Result<Measured> {
-        // `None`: the unsplit model, one stage on the CPU.
+    // Every setting: the unsplit model first (`None`: one stage on the CPU), then each
+    // schedule at each M, each its own copy of the starting parameters.
+    let settings: Vec<(Option<Kind>, usize)> = std::iter::once((None, 1))
+        .chain(
+            Kind::ALL
+                .into_iter()
+                .flat_map(|k| ms.iter().map(move |&m| (Some(k), m))),
+        )
+        .collect();
+    let mut live = Vec::with_capacity(settings.len());
+    for &(kind, _) in &settings {
         let (cut, devs): (&[&str], Vec<Device>) = match kind {
             Some(_) => (&cuts, devices.clone()),
             None => (&[], vec![Device::Cpu]),
         };
         let mut pipe = Pipeline::split(models::cnn(), cut, &devs, &nn::Sgd::default(), args.lr)?;
         pipe.copy_from(&start)?;
-        let sched = kind.map(|k| schedule(variant, k));
-        let mut reports = Vec::with_capacity(steps);
-        let mut times = Vec::with_capacity(steps);
-        let mut losses = Vec::with_capacity(warmup + steps);
-        for k in 0..warmup + steps {
-            let idx: Vec<usize> = (k * batch..(k + 1) * batch).collect();
-            let (x, y) = train.batch(&idx)?;
-            let clock = Instant::now();
-            let r = match &sched {
-                Some(s) => pipe.step_with(s.as_ref(), &x, &y, m, cross_entropy)?,
-                None => pipe.step_with(&GPipe, &x, &y, m, cross_entropy)?,
-            };
-            let t = clock.elapsed();
-            losses.push(r.loss);
-            if k >= warmup {
-                reports.push(r);
-                times.push(ms_of(t));
+        let sched = kind.map_or_else(|| Box::new(GPipe) as _, |k| schedule(variant, k));
+        live.push(Live {
+            pipe,
+            sched,
+            reports: Vec::with_capacity(steps),
+            times: Vec::with_capacity(steps),
+            losses: Vec::with_capacity(total),
+        });
+    }
+    // In rounds, every setting in turn: whatever else the machine does meanwhile
+    // (another program, the CPU's clock) falls on all of them alike instead of on
+    // whichever setting runs at that moment. Within a round a setting runs its steps
+    // back to back, as training does, after one untimed step that warms its memory up.
+    let per_round = steps.div_ceil(rounds);
+    let mut done = 0;
+    for round in 0..rounds {
+        let timed = per_round.min(steps - done);
+        let untimed = if round == 0 { warmup } else { 1 };
+        for (l, &(_, m)) in live.iter_mut().zip(&settings) {
+            for k in 0..untimed + timed {
+                // Every setting sees the same batches in the same order.
+                let step = l.losses.len();
+                let idx: Vec<usize> = (step * batch..(step + 1) * batch).collect();
+                let (x, y) = train.batch(&idx)?;
+                let clock = Instant::now();
+                let r = l
+                    .pipe
+                    .step_with(l.sched.as_ref(), &x, &y, m, cross_entropy)?;
+                let t = clock.elapsed();
+                l.losses.push(r.loss);
+                if k >= untimed {
+                    l.reports.push(r);
+                    l.times.push(ms_of(t));
+                }
             }
         }
-        reports.sort_by(|a, b| a.bubble().total_cmp(&b.bubble()));
-        let typical = reports.swap_remove(reports.len() / 2);
-        let busy = (0..pipe.len())
-            .map(|s| median(reports.iter().map(|r| ms_of(r.busy()[s])).collect()))
-            .collect();
-        Ok(Measured {
-            kind: kind.unwrap_or(Kind::Naive),
-            m,
-            step: median(times),
-            wall: median(reports.iter().map(|r| ms_of(r.wall)).collect()),
-            busy,
-            bubble: typical.bubble(),
-            typical,
-            losses,
-            accuracy: accuracy(&pipe, &test)?,
-        })
-    };
-
-    let unsplit = train_one(None, 1)?;
+        done += timed;
+    }
+    let mut measured = Vec::with_capacity(live.len());
+    for (l, &(kind, m)) in live.into_iter().zip(&settings) {
+        measured.push(l.finish(kind.unwrap_or(Kind::Naive), m, &test)?);
+    }
+    let mut measured = measured.into_iter();
+    let unsplit = measured.next().context("the unsplit run is missing")?;
+    let runs: Vec<Measured> = measured.collect();
     println!(
         "\nunsplit, one CPU thread: {:.1} ms per step, test accuracy {:.1}%\n",
         unsplit.step,
         100.0 * unsplit.accuracy
     );
     println!("schedule   M   step ms   busy per stage (ms)   bubble   theory");
-    let mut runs: Vec<Measured> = Vec::new();
-    for kind in Kind::ALL {
-        for &m in &ms {
-            let r = train_one(Some(kind), m)?;
-            let busy: Vec<String> = r.busy.iter().map(|b| format!("{b:.1}")).collect();
-            println!(
-                "{:<8} {:>3}   {:>7.1}   {:<20}  {:>5.1}%   {:>5.1}% {}",
-                kind.name(),
-                m,
-                r.step,
-                busy.join(" + "),
-                100.0 * r.bubble,
-                100.0 * kind.bubble(stages, m),
-                kind.rule()
-            );
-            runs.push(r);
-        }
+    for r in &runs {
+        let busy: Vec<String> = r.busy.iter().map(|b| format!("{b:.1}")).collect();
+        println!(
+            "{:<8} {:>3}   {:>7.1}   {:<20}  {:>5.1}%   {:>5.1}% {}",
+            r.kind.name(),
+            r.m,
+            r.step,
+            busy.join(" + "),
+            100.0 * r.bubble,
+            100.0 * r.kind.bubble(stages, r.m),
+            r.kind.rule()
+        );
     }
 
     // The same mathematics whatever the schedule and M: the loss curves agree up to
@@ -256,13 +330,18 @@ fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// GPipe's predicted wall time at `m` micro-batches for stages that take `busy` ms
-/// each on the whole batch: the first micro-batch crosses every stage, each further
-/// one adds the slowest stage's share, `(Σ t_s + (M−1) · max t_s) / M`.
-fn predicted_wall(busy: &[f64], m: usize) -> f64 {
-    let sum: f64 = busy.iter().sum();
-    let max = busy.iter().copied().fold(0.0, f64::max);
-    (sum + (m as f64 - 1.0) * max) / m as f64
+/// GPipe's predicted wall time at `m` micro-batches for stages whose forward passes
+/// take `forward` ms each on the whole batch and backward passes `backward` ms: in each
+/// phase the first micro-batch crosses every stage and each further one adds the
+/// slowest stage's share, `(Σ t_s + (M−1) · max t_s) / M` per phase. With equal stages
+/// it gives `(S-1)/(M+S-1)` as the bubble.
+fn predicted_wall(forward: &[f64], backward: &[f64], m: usize) -> f64 {
+    let phase = |t: &[f64]| {
+        let sum: f64 = t.iter().sum();
+        let max = t.iter().copied().fold(0.0, f64::max);
+        (sum + (m as f64 - 1.0) * max) / m as f64
+    };
+    phase(forward) + phase(backward)
 }
 
 fn draw(
@@ -285,6 +364,7 @@ fn draw(
     // The step's fixed cost (threads, split, optimizer) beyond the passes, at M = 1.
     let fixed = naive1.step - naive1.wall;
     let sum: f64 = naive1.busy.iter().sum();
+    let predict = |m| predicted_wall(&naive1.forward, &naive1.backward, m);
     let theory = |f: &dyn Fn(usize) -> f64| ms.iter().map(|&m| [m as f64, f(m)]).collect();
     let place = if devices.iter().any(|d| d.is_cuda()) {
         "CPU + GPU"
@@ -315,7 +395,7 @@ fn draw(
     ))
     .with(FigureSeries::theory(
         "GPipe, predicted for these stages' times",
-        theory(&|m| 100.0 * (1.0 - sum / (stages as f64 * predicted_wall(&naive1.busy, m)))),
+        theory(&|m| 100.0 * (1.0 - sum / (stages as f64 * predict(m)))),
     ));
     let step = Figure::lines(
         "step-time",
@@ -337,12 +417,13 @@ fn draw(
     ))
     .with(FigureSeries::theory(
         "GPipe, predicted from the naive stage times",
-        theory(&|m| predicted_wall(&naive1.busy, m) + fixed),
+        theory(&|m| predict(m) + fixed),
     ));
     Ok(vec![bubble, step])
 }
 
-/// The few lines that say what the charts show, with this run's numbers.
+/// The few lines that say what the charts show, with this run's numbers: only what
+/// the numbers support is claimed.
 fn explain(
     runs: &[Measured],
     unsplit: &Measured,
@@ -351,67 +432,109 @@ fn explain(
     devices: &[Device],
     dir: &std::path::Path,
 ) {
-    let find = |kind, m| runs.iter().find(|r| r.kind == kind && r.m == m);
-    let (Some(naive), Some(gpipe), Some(gpipe1)) = (
-        find(Kind::Naive, max_m),
-        find(Kind::GPipe, max_m),
+    let of = |kind| runs.iter().filter(move |r: &&Measured| r.kind == kind);
+    let find = |kind, m| of(kind).find(|r| r.m == m);
+    let (Some(naive1), Some(gpipe1), Some(gpipe_max)) = (
+        find(Kind::Naive, 1),
         find(Kind::GPipe, 1),
+        find(Kind::GPipe, max_m),
     ) else {
         return;
     };
-    let busy = &gpipe1.busy;
-    let mean = busy.iter().sum::<f64>() / busy.len() as f64;
-    let max = busy.iter().copied().fold(0.0, f64::max);
+    let Some(fastest) = of(Kind::GPipe).min_by(|a, b| a.step.total_cmp(&b.step)) else {
+        return;
+    };
+    let pct = |x: f64| 100.0 * x;
+    let lo = of(Kind::Naive)
+        .map(|r| r.bubble)
+        .fold(f64::INFINITY, f64::min);
+    let hi = of(Kind::Naive).map(|r| r.bubble).fold(0.0, f64::max);
     println!(
-        "{}: the naive schedule idles each stage {:.0}% of the step at any M (one stage \
-         works at a time; theory {:.0}%). GPipe's idle share falls from {:.0}% at M = 1 \
-         to {:.0}% at M = {max_m}; (S-1)/(M+S-1) says {:.0}% for equal stages.",
+        "{}: the naive schedule idles each stage {:.0}–{:.0}% of the step (theory \
+         (S-1)/S = {:.0}%: one stage works at a time, and every micro-batch more wakes the \
+         other thread twice more). GPipe's idle share falls from {:.0}% at M = 1 to {:.0}% \
+         at M = {max_m}, where (S-1)/(M+S-1) says {:.0}% for equal stages.",
         dir.join("bubble.svg").display(),
-        100.0 * naive.bubble,
-        100.0 * theoretical_bubble(stages, 1),
-        100.0 * gpipe1.bubble,
-        100.0 * gpipe.bubble,
-        100.0 * theoretical_bubble(stages, max_m)
+        pct(lo),
+        pct(hi),
+        pct(theoretical_bubble(stages, 1)),
+        pct(gpipe1.bubble),
+        pct(gpipe_max.bubble),
+        pct(theoretical_bubble(stages, max_m))
     );
-    println!(
-        "Why above the line: the stages are not equal (busy {} ms at M = 1), so the faster \
-         one waits for the slower at every micro-batch: even with M → ∞ it idles \
-         1 − mean/max = {:.0}%. Smaller micro-batches also run less efficiently, and the \
-         stage threads share {} with everything else on the machine.",
-        busy.iter()
+    let busy = &naive1.busy;
+    let sum: f64 = busy.iter().sum();
+    // The bubble GPipe keeps as M → ∞ with these stage times: each phase lasts as long
+    // as its slowest stage.
+    let slowest = |t: &[f64]| t.iter().copied().fold(0.0, f64::max);
+    let floor =
+        1.0 - sum / (stages as f64 * (slowest(&naive1.forward) + slowest(&naive1.backward)));
+    let growth = gpipe_max.busy.iter().sum::<f64>() / sum - 1.0;
+    let shared = if devices.iter().any(|d| d.is_cuda()) {
+        "the CPU stage's core is".to_owned()
+    } else {
+        format!(
+            "the {} core(s) are",
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        )
+    };
+    let compute = if growth > 0.05 {
+        format!(
+            "the same work took {:.0}% more compute time at M = {max_m} (small \
+             micro-batches run less efficiently, and stages computing at once share caches \
+             and memory bandwidth)",
+            pct(growth)
+        )
+    } else {
+        format!(
+            "the compute time stayed within {:.0}% of M = 1's at M = {max_m}",
+            pct(growth.abs().max(0.01))
+        )
+    };
+    let list = |t: &[f64]| {
+        t.iter()
             .map(|b| format!("{b:.1}"))
             .collect::<Vec<_>>()
-            .join(" + "),
-        100.0 * (1.0 - mean / max),
-        if devices.iter().any(|d| d.is_cuda()) {
-            "the CPU stage's core".to_owned()
-        } else {
-            format!(
-                "{} core(s)",
-                std::thread::available_parallelism().map_or(1, |n| n.get())
-            )
-        }
-    );
+            .join(" + ")
+    };
     println!(
-        "{}: at M = {max_m} a GPipe step takes {:.1} ms, a naive one {:.1} ms, the unsplit \
-         model on one thread {:.1} ms per step. {}",
+        "Why not on the line: per stage, the forward passes took {} ms and the backward \
+         passes {} ms at M = 1. GPipe runs the phases one after the other, so each phase \
+         lasts as long as its slowest stage and even with M → ∞ each stage idles {:.0}% \
+         (the dashed prediction for these stages). Besides, {compute}; every micro-batch \
+         costs each boundary two messages and two thread wake-ups; and {shared} shared \
+         with everything else running.",
+        list(&naive1.forward),
+        list(&naive1.backward),
+        pct(floor),
+    );
+    let verdict = if fastest.step < 0.95 * naive1.step.min(unsplit.step) {
+        format!(
+            "{:.2}× faster than the naive split ({:.1} ms) and {:.2}× faster than the \
+             unsplit model on one thread ({:.1} ms).",
+            naive1.step / fastest.step,
+            naive1.step,
+            unsplit.step / fastest.step,
+            unsplit.step
+        )
+    } else {
+        format!(
+            "no faster than the naive split ({:.1} ms) or the unsplit model on one thread \
+             ({:.1} ms): the overlap was lost (a busy machine, unequal stages, micro-batches \
+             too small; see the timelines above).",
+            naive1.step, unsplit.step
+        )
+    };
+    let naive_note = if naive1.step >= 0.9 * unsplit.step {
+        " The naive split alone buys nothing over one thread: the stages must overlap."
+    } else {
+        ""
+    };
+    println!(
+        "{}: GPipe's fastest step, at M = {}, takes {:.1} ms: {verdict}{naive_note}",
         dir.join("step-time.svg").display(),
-        gpipe.step,
-        naive.step,
-        unsplit.step,
-        if gpipe.step < 0.95 * naive.step.min(unsplit.step) {
-            format!(
-                "Splitting alone buys no time (naive is {:.2}× the unsplit step); \
-                 overlapping the stages does ({:.2}× faster than naive).",
-                naive.step / unsplit.step,
-                naive.step / gpipe.step
-            )
-        } else {
-            "Here GPipe does not beat them: the overlap was lost (a busy machine, stages \
-             too unequal, or micro-batches too small to run efficiently; see the \
-             timeline above)."
-                .to_owned()
-        }
+        fastest.m,
+        fastest.step,
     );
 }
 

@@ -54,8 +54,18 @@ impl StepReport {
     /// Each stage's forward + backward compute time (waiting for neighbours and the
     /// optimizer step excluded).
     pub fn busy(&self) -> Vec<Duration> {
+        let f = self.busy_in(Phase::Forward);
+        let b = self.busy_in(Phase::Backward);
+        f.iter().zip(&b).map(|(f, b)| *f + *b).collect()
+    }
+
+    /// Each stage's time in one phase, summed over the micro-batches. Stages that are
+    /// equal overall may not be equal per phase (the first stage computes no gradient
+    /// for its input), and GPipe runs the phases one after the other, so each phase
+    /// has its own slowest stage.
+    pub fn busy_in(&self, phase: Phase) -> Vec<Duration> {
         let mut busy = vec![Duration::ZERO; self.stages];
-        for s in self.spans.iter().filter(|s| s.phase != Phase::Update) {
+        for s in self.spans.iter().filter(|s| s.phase == phase) {
             busy[s.stage] += s.end.saturating_sub(s.start);
         }
         busy
