@@ -67,14 +67,14 @@ pub enum Error {
     /// A model could not be built or split as asked (unknown or misordered split names).
     #[error("model: {0}")]
     Model(String),
+    /// A pipeline schedule is incomplete or deadlocks, or a pipeline's result is not
+    /// the unsplit model's (`pipeline::plan`, `pipeline::check`).
+    #[error("pipeline: {0}")]
+    Pipeline(String),
     /// A worker of a parallel trainer (a replica or stage thread, a Hogwild process)
     /// failed: it panicked, died, hung up or did not answer in time.
     #[error("worker: {0}")]
     Worker(String),
-    /// A piece that a caller plugged into one of trainers' seams (a lab's
-    /// exercise, e.g. [`crate::hogwild::Pieces`]) failed: its own message, as is.
-    #[error("{0}")]
-    Piece(String),
     /// The operating system refused a call that has no file to name (shared memory,
     /// sockets, processes): `what` says which call and why it was made.
     #[error("{what}: {source}")]
@@ -100,8 +100,9 @@ pub enum Error {
     #[error("libtorch: {0}")]
     Torch(#[from] tch::TchError),
     /// Code plugged into one of this crate's seams failed (a lab's exercise standing
-    /// in for one piece of a mechanism, e.g. [`data_parallel::Pieces`]); its own
-    /// error, shown as it is.
+    /// in for one piece of a mechanism, e.g. [`data_parallel::Pieces`] or
+    /// `hogwild::Pieces`), or did not do what the seam needs; its own error, shown
+    /// as it is.
     ///
     /// [`data_parallel::Pieces`]: crate::data_parallel::Pieces
     #[error(transparent)]

@@ -24,7 +24,7 @@ pub struct Exercise;
 /// A learner's error (an unsolved TODO, a libtorch error) as trainers' seam error,
 /// its message as is, so the parent's report and the check show the TODO.
 fn piece(r: anyhow::Result<()>) -> trainers::Result<()> {
-    r.map_err(|e| trainers::Error::Piece(format!("{e:#}")))
+    r.map_err(|e| trainers::Error::Seam(format!("{e:#}").into()))
 }
 
 impl Pieces for Exercise {

@@ -77,7 +77,8 @@ pub fn quick_run(exe: &str, lab: u32, args: &[&str]) -> QuickRun {
 }
 
 /// Runs lab `lab`'s program `exe` with the learner's unsolved starter and `args`;
-/// panics unless it fails within 30 s, without a panic, naming `TODO(lab NN): what`.
+/// panics unless it fails within 30 s, without a panic, naming `TODO(lab NN): what`,
+/// and writes no results (a failed run must not leave a figure the book would show).
 /// Returns stdout and stderr together.
 pub fn starter_fails(exe: &str, lab: u32, what: &str, args: &[&str]) -> String {
     let root = tempfile::tempdir().expect("a temporary results folder");
@@ -103,5 +104,11 @@ pub fn starter_fails(exe: &str, lab: u32, what: &str, args: &[&str]) -> String {
     let marker = format!("TODO(lab {lab:02}): {what}");
     assert!(text.contains(&marker), "{marker} not in:\n{text}");
     assert!(!text.contains("panicked"), "{text}");
+    let results = root.path().join(format!("lab{lab:02}"));
+    assert!(
+        !results.exists(),
+        "a failed run wrote {}",
+        results.display()
+    );
     text
 }

@@ -85,10 +85,13 @@ impl Pieces for Reference {
 pub(super) fn check_filled(names: &[String], params: &[Tensor], shared: &[Tensor]) -> Result<()> {
     for ((name, p), region) in names.iter().zip(params).zip(shared) {
         if !tch::no_grad(|| region.f_equal(p))? {
-            return Err(Error::Piece(format!(
-                "after fill, the shared region does not hold the model's {name}: \
+            return Err(Error::Seam(
+                format!(
+                    "after fill, the shared region does not hold the model's {name}: \
                  copy every parameter's numbers into its shared tensor"
-            )));
+                )
+                .into(),
+            ));
         }
     }
     Ok(())
@@ -99,13 +102,16 @@ pub(super) fn check_filled(names: &[String], params: &[Tensor], shared: &[Tensor
 pub(super) fn check_attached(names: &[String], params: &[Tensor], shared: &[Tensor]) -> Result<()> {
     for ((name, p), region) in names.iter().zip(params).zip(shared) {
         if p.data_ptr() != region.data_ptr() {
-            return Err(Error::Piece(format!(
-                "after attach, {name} does not use the shared memory (its numbers are at \
+            return Err(Error::Seam(
+                format!(
+                    "after attach, {name} does not use the shared memory (its numbers are at \
                  {:?}, the region's at {:?}): a copy would train this worker's private \
                  numbers; make the parameter's data the shared tensor itself",
-                p.data_ptr(),
-                region.data_ptr()
-            )));
+                    p.data_ptr(),
+                    region.data_ptr()
+                )
+                .into(),
+            ));
         }
     }
     Ok(())

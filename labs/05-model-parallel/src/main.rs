@@ -1,0 +1,561 @@
+//! Lab 5: model parallelism, run as a learner runs it (`cargo lab 5`).
+//!
+//! The CNN is cut into two stages (before `conv2`): stage 0 on the CPU and stage 1 on
+//! the GPU when there is one, else both on the CPU, each stage run by its own thread
+//! with one libtorch thread. It trains on Fashion-MNIST with each schedule (the naive
+//! one, then GPipe; yours from `src/exercise.rs`, or trainers' own with `--solution`)
+//! and each micro-batch count M, every run from the same starting parameters on the
+//! same batches. It measures each stage's busy time and the step's wall time, and
+//! writes `results/lab05/<UTC time>/` with two charts: the bubble (each stage's idle
+//! share) and the step time against M, beside the theory.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use lab05_model_parallel::{CUT, Kind, check_on_paper, schedule};
+use labkit::{Run, Variant};
+use measure::{Figure, FigureSeries};
+use tch::nn;
+use tch::{Device, Tensor};
+use trainers::data::{DataArgs, Dataset, Split};
+use trainers::data_parallel::cross_entropy;
+use trainers::models;
+use trainers::pipeline::{self, GPipe, Phase, Pipeline, StepReport, theoretical_bubble};
+
+/// Lab 5: a CNN cut into stages over devices (CPU + GPU, or two CPU threads), trained
+/// on Fashion-MNIST stage after stage, then with GPipe's micro-batches; the measured
+/// bubble and step time against the theory (p−1)/(m+p−1).
+#[derive(Parser)]
+#[command(version)]
+struct Args {
+    #[command(flatten)]
+    data: DataArgs,
+    /// Examples per step: the batch that is cut into micro-batches.
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+    /// The micro-batch counts M to measure (1 is the classic naive split).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    micro_batches: Vec<usize>,
+    /// The layers to cut before, one stage more than cuts (e.g. conv2,fc1 for three).
+    #[arg(long, value_delimiter = ',', default_value = CUT)]
+    cut: Vec<String>,
+    /// Timed training steps per schedule and M, taken in 4 rounds over all settings
+    /// (plus one untimed step per round, two in the first).
+    #[arg(long, default_value_t = 40)]
+    steps: usize,
+    /// The SGD learning rate.
+    #[arg(long, default_value_t = 0.05)]
+    lr: f64,
+    /// A short run (what CI runs): batch 32, M = 1, 2, 4, 3 timed steps each.
+    #[arg(long)]
+    quick: bool,
+}
+
+fn main() -> std::process::ExitCode {
+    labkit::exit(run(Args::parse()), "")
+}
+
+/// What one schedule at one M measured, medians over the timed steps.
+struct Measured {
+    kind: Kind,
+    m: usize,
+    /// The whole `step_with` call: split, threads, passes, optimizer.
+    step: f64,
+    /// Forward and backward passes only (the report's wall time).
+    wall: f64,
+    /// Each stage's busy time.
+    busy: Vec<f64>,
+    /// Each stage's busy time in the forward passes, and in the backward passes.
+    forward: Vec<f64>,
+    backward: Vec<f64>,
+    bubble: f64,
+    /// The step whose bubble was the median, for its timeline.
+    typical: StepReport,
+    /// The loss of every step, warm-up included.
+    losses: Vec<f64>,
+    accuracy: f64,
+}
+
+/// One setting while it trains.
+struct Live {
+    pipe: Pipeline,
+    sched: Box<dyn pipeline::Schedule>,
+    reports: Vec<StepReport>,
+    times: Vec<f64>,
+    losses: Vec<f64>,
+}
+
+impl Live {
+    /// The medians over the timed steps, and the test accuracy reached.
+    fn finish(mut self, kind: Kind, m: usize, test: &Dataset) -> anyhow::Result<Measured> {
+        self.reports
+            .sort_by(|a, b| a.bubble().total_cmp(&b.bubble()));
+        let typical = self.reports.swap_remove(self.reports.len() / 2);
+        let per_stage = |phase: Option<Phase>| -> Vec<f64> {
+            (0..self.pipe.len())
+                .map(|s| {
+                    median(
+                        self.reports
+                            .iter()
+                            .map(|r| {
+                                ms_of(match phase {
+                                    Some(p) => r.busy_in(p)[s],
+                                    None => r.busy()[s],
+                                })
+                            })
+                            .collect(),
+                    )
+                })
+                .collect()
+        };
+        let busy = per_stage(None);
+        let forward = per_stage(Some(Phase::Forward));
+        let backward = per_stage(Some(Phase::Backward));
+        Ok(Measured {
+            kind,
+            m,
+            step: median(self.times),
+            wall: median(self.reports.iter().map(|r| ms_of(r.wall)).collect()),
+            busy,
+            forward,
+            backward,
+            bubble: typical.bubble(),
+            typical,
+            losses: self.losses,
+            accuracy: accuracy(&self.pipe, test)?,
+        })
+    }
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    let variant = Variant::from_env();
+    let (batch, ms, steps, warmup, rounds, test_rows) = if args.quick {
+        (32, vec![1, 2, 4], 3, 1, 1, 500)
+    } else {
+        (
+            args.batch,
+            args.micro_batches.clone(),
+            args.steps,
+            2,
+            4,
+            2000,
+        )
+    };
+    if ms.is_empty() || ms.iter().any(|&m| m == 0 || m > batch) || steps == 0 {
+        bail!("need --steps ≥ 1 and micro-batch counts between 1 and the batch ({batch})");
+    }
+    let cuts: Vec<&str> = args.cut.iter().map(String::as_str).collect();
+    let stages = cuts.len() + 1;
+
+    // On paper first: an unsolved or wrong schedule stops here, in milliseconds.
+    for kind in Kind::ALL {
+        check_on_paper(variant, kind)
+            .with_context(|| format!("the {} schedule (`cargo lab check 5`)", kind.name()))?;
+    }
+
+    // One libtorch thread per stage thread: the stages, not libtorch, use the cores.
+    tch::set_num_threads(1);
+    tch::manual_seed(0);
+    let devices = pipeline::devices(stages);
+    println!("lab 5 ({variant}): {}", trainers::torch_info());
+    if devices.iter().any(|d| d.is_cuda()) {
+        println!(
+            "stage 0 on the CPU, the others on the GPU ({devices:?}): the workshop's \
+             \"part of the model on the CPU, part on the GPU\""
+        );
+    } else {
+        println!(
+            "no CUDA GPU (tch::Cuda::is_available() is false): the GPU split is skipped, \
+             all {stages} stages run on the CPU, each in its own thread with one libtorch \
+             thread, on {} core(s)",
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        );
+    }
+
+    let train = args.data.load(Split::Train)?;
+    let test = args.data.load(Split::Test)?.head(test_rows)?;
+    let total = warmup + rounds - 1 + steps;
+    if train.len() < total * batch {
+        bail!(
+            "{total} steps of {batch} need {} training examples; the set has {}",
+            total * batch,
+            train.len()
+        );
+    }
+    // Every run starts from these parameters and sees the same batches.
+    let start = nn::VarStore::new(Device::Cpu);
+    let _ = models::cnn().build(&start.root());
+    println!(
+        "CNN cut before {} into {stages} stages; Fashion-MNIST, batch {batch}, {steps} timed \
+         steps (+{} untimed) per schedule and M in {rounds} round(s), SGD lr {}",
+        cuts.join(", "),
+        total - steps,
+        args.lr
+    );
+
+    // Every setting: the unsplit model first (`None`: one stage on the CPU), then each
+    // schedule at each M, each its own copy of the starting parameters.
+    let settings: Vec<(Option<Kind>, usize)> = std::iter::once((None, 1))
+        .chain(
+            Kind::ALL
+                .into_iter()
+                .flat_map(|k| ms.iter().map(move |&m| (Some(k), m))),
+        )
+        .collect();
+    let mut live = Vec::with_capacity(settings.len());
+    for &(kind, _) in &settings {
+        let (cut, devs): (&[&str], Vec<Device>) = match kind {
+            Some(_) => (&cuts, devices.clone()),
+            None => (&[], vec![Device::Cpu]),
+        };
+        let mut pipe = Pipeline::split(models::cnn(), cut, &devs, &nn::Sgd::default(), args.lr)?;
+        pipe.copy_from(&start)?;
+        let sched = kind.map_or_else(|| Box::new(GPipe) as _, |k| schedule(variant, k));
+        live.push(Live {
+            pipe,
+            sched,
+            reports: Vec::with_capacity(steps),
+            times: Vec::with_capacity(steps),
+            losses: Vec::with_capacity(total),
+        });
+    }
+    // In rounds, every setting in turn: whatever else the machine does meanwhile
+    // (another program, the CPU's clock) falls on all of them alike instead of on
+    // whichever setting runs at that moment. Within a round a setting runs its steps
+    // back to back, as training does, after one untimed step that warms its memory up.
+    let per_round = steps.div_ceil(rounds);
+    let mut done = 0;
+    for round in 0..rounds {
+        let timed = per_round.min(steps - done);
+        let untimed = if round == 0 { warmup } else { 1 };
+        for (l, &(_, m)) in live.iter_mut().zip(&settings) {
+            for k in 0..untimed + timed {
+                // Every setting sees the same batches in the same order.
+                let step = l.losses.len();
+                let idx: Vec<usize> = (step * batch..(step + 1) * batch).collect();
+                let (x, y) = train.batch(&idx)?;
+                let clock = Instant::now();
+                let r = l
+                    .pipe
+                    .step_with(l.sched.as_ref(), &x, &y, m, cross_entropy)?;
+                let t = clock.elapsed();
+                l.losses.push(r.loss);
+                if k >= untimed {
+                    l.reports.push(r);
+                    l.times.push(ms_of(t));
+                }
+            }
+        }
+        done += timed;
+    }
+    let mut measured = Vec::with_capacity(live.len());
+    for (l, &(kind, m)) in live.into_iter().zip(&settings) {
+        measured.push(l.finish(kind.unwrap_or(Kind::Naive), m, &test)?);
+    }
+    let mut measured = measured.into_iter();
+    let unsplit = measured.next().context("the unsplit run is missing")?;
+    let runs: Vec<Measured> = measured.collect();
+    println!(
+        "\nunsplit, one CPU thread: {:.1} ms per step, test accuracy {:.1}%\n",
+        unsplit.step,
+        100.0 * unsplit.accuracy
+    );
+    println!("schedule   M   step ms   busy per stage (ms)   bubble   theory");
+    for r in &runs {
+        let busy: Vec<String> = r.busy.iter().map(|b| format!("{b:.1}")).collect();
+        println!(
+            "{:<8} {:>3}   {:>7.1}   {:<20}  {:>5.1}%   {:>5.1}% {}",
+            r.kind.name(),
+            r.m,
+            r.step,
+            busy.join(" + "),
+            100.0 * r.bubble,
+            100.0 * r.kind.bubble(stages, r.m),
+            r.kind.rule()
+        );
+    }
+
+    // The same mathematics whatever the schedule and M: the loss curves agree up to
+    // float rounding (micro-batches of other sizes sum in another order).
+    let reference = &runs[0].losses;
+    let gap_at = |step: usize| {
+        runs.iter()
+            .filter_map(|r| Some((r.losses.get(step)? - reference.get(step)?).abs()))
+            .fold(0.0, f64::max)
+    };
+    let last = reference.len().saturating_sub(1);
+    let acc: Vec<f64> = runs.iter().map(|r| r.accuracy).collect();
+    println!(
+        "\nevery run: loss {:.3} → {:.3} over {} steps, test accuracy {:.1}–{:.1}% on {} test \
+         images. The same curve: the runs differ by {:.0e} at step 1 and {:.0e} at step {} \
+         (other micro-batch sizes sum in another order; training amplifies rounding).",
+        reference.first().copied().unwrap_or(f64::NAN),
+        reference.get(last).copied().unwrap_or(f64::NAN),
+        reference.len(),
+        100.0 * acc.iter().copied().fold(f64::INFINITY, f64::min),
+        100.0 * acc.iter().copied().fold(0.0, f64::max),
+        test.len(),
+        gap_at(0),
+        gap_at(last),
+        last + 1
+    );
+
+    let max_m = ms.iter().copied().max().unwrap_or(1);
+    for kind in Kind::ALL {
+        if let Some(r) = runs.iter().find(|r| r.kind == kind && r.m == max_m) {
+            println!(
+                "\n{} at M = {max_m}, a typical step ({:.1} ms of passes; digits: forward of \
+                 micro-batch m, letters: its backward, a = 0; '.': idle):\n{}",
+                kind.name(),
+                r.wall,
+                r.typical.timeline(72)
+            );
+        }
+    }
+
+    let figures = draw(&runs, &unsplit, stages, &ms, &devices)?;
+    let mut out = Run::start(5, stages, "threads")?;
+    for f in figures {
+        out.figure(f)?;
+    }
+    let dir = out.finish()?;
+    explain(&runs, &unsplit, stages, max_m, &devices, &dir);
+    Ok(())
+}
+
+/// GPipe's predicted wall time at `m` micro-batches for stages whose forward passes
+/// take `forward` ms each on the whole batch and backward passes `backward` ms: in each
+/// phase the first micro-batch crosses every stage and each further one adds the
+/// slowest stage's share, `(Σ t_s + (M−1) · max t_s) / M` per phase. With equal stages
+/// it gives `(S-1)/(M+S-1)` as the bubble.
+fn predicted_wall(forward: &[f64], backward: &[f64], m: usize) -> f64 {
+    let phase = |t: &[f64]| {
+        let sum: f64 = t.iter().sum();
+        let max = t.iter().copied().fold(0.0, f64::max);
+        (sum + (m as f64 - 1.0) * max) / m as f64
+    };
+    phase(forward) + phase(backward)
+}
+
+fn draw(
+    runs: &[Measured],
+    unsplit: &Measured,
+    stages: usize,
+    ms: &[usize],
+    devices: &[Device],
+) -> anyhow::Result<Vec<Figure>> {
+    let series = |kind: Kind, f: &dyn Fn(&Measured) -> f64| -> Vec<[f64; 2]> {
+        runs.iter()
+            .filter(|r| r.kind == kind)
+            .map(|r| [r.m as f64, f(r)])
+            .collect()
+    };
+    let naive1 = runs
+        .iter()
+        .find(|r| r.kind == Kind::Naive && r.m == 1)
+        .context("the naive run at M = 1 is missing")?;
+    // The step's fixed cost (threads, split, optimizer) beyond the passes, at M = 1.
+    let fixed = naive1.step - naive1.wall;
+    let sum: f64 = naive1.busy.iter().sum();
+    let predict = |m| predicted_wall(&naive1.forward, &naive1.backward, m);
+    let theory = |f: &dyn Fn(usize) -> f64| ms.iter().map(|&m| [m as f64, f(m)]).collect();
+    let place = if devices.iter().any(|d| d.is_cuda()) {
+        "CPU + GPU"
+    } else {
+        "CPU threads"
+    };
+    let bubble = Figure::lines(
+        "bubble",
+        &format!("Pipeline bubble: CNN in {stages} stages on {place}, Fashion-MNIST"),
+        "micro-batches M",
+        "idle share of each stage (%)",
+    )
+    .with(FigureSeries::measured(
+        "naive, measured",
+        series(Kind::Naive, &|r| 100.0 * r.bubble),
+    ))
+    .with(FigureSeries::measured(
+        "GPipe, measured",
+        series(Kind::GPipe, &|r| 100.0 * r.bubble),
+    ))
+    .with(FigureSeries::theory(
+        "naive, theory (S-1)/S",
+        theory(&|_| 100.0 * theoretical_bubble(stages, 1)),
+    ))
+    .with(FigureSeries::theory(
+        "GPipe, theory (S-1)/(M+S-1), equal stages",
+        theory(&|m| 100.0 * theoretical_bubble(stages, m)),
+    ))
+    .with(FigureSeries::theory(
+        "GPipe, predicted for these stages' times",
+        theory(&|m| 100.0 * (1.0 - sum / (stages as f64 * predict(m)))),
+    ));
+    let step = Figure::lines(
+        "step-time",
+        &format!("Step time: CNN in {stages} stages on {place}, batch cut into M"),
+        "micro-batches M",
+        "ms per training step (median)",
+    )
+    .with(FigureSeries::measured(
+        "naive",
+        series(Kind::Naive, &|r| r.step),
+    ))
+    .with(FigureSeries::measured(
+        "GPipe",
+        series(Kind::GPipe, &|r| r.step),
+    ))
+    .with(FigureSeries::measured(
+        "unsplit, one CPU thread",
+        theory(&|_| unsplit.step),
+    ))
+    .with(FigureSeries::theory(
+        "GPipe, predicted from the naive stage times",
+        theory(&|m| predict(m) + fixed),
+    ));
+    Ok(vec![bubble, step])
+}
+
+/// The few lines that say what the charts show, with this run's numbers: only what
+/// the numbers support is claimed.
+fn explain(
+    runs: &[Measured],
+    unsplit: &Measured,
+    stages: usize,
+    max_m: usize,
+    devices: &[Device],
+    dir: &std::path::Path,
+) {
+    let of = |kind| runs.iter().filter(move |r: &&Measured| r.kind == kind);
+    let find = |kind, m| of(kind).find(|r| r.m == m);
+    let (Some(naive1), Some(gpipe1), Some(gpipe_max)) = (
+        find(Kind::Naive, 1),
+        find(Kind::GPipe, 1),
+        find(Kind::GPipe, max_m),
+    ) else {
+        return;
+    };
+    let Some(fastest) = of(Kind::GPipe).min_by(|a, b| a.step.total_cmp(&b.step)) else {
+        return;
+    };
+    let pct = |x: f64| 100.0 * x;
+    let lo = of(Kind::Naive)
+        .map(|r| r.bubble)
+        .fold(f64::INFINITY, f64::min);
+    let hi = of(Kind::Naive).map(|r| r.bubble).fold(0.0, f64::max);
+    println!(
+        "{}: the naive schedule idles each stage {:.0}–{:.0}% of the step (theory \
+         (S-1)/S = {:.0}%: one stage works at a time, and every micro-batch more wakes the \
+         other thread twice more). GPipe's idle share falls from {:.0}% at M = 1 to {:.0}% \
+         at M = {max_m}, where (S-1)/(M+S-1) says {:.0}% for equal stages.",
+        dir.join("bubble.svg").display(),
+        pct(lo),
+        pct(hi),
+        pct(theoretical_bubble(stages, 1)),
+        pct(gpipe1.bubble),
+        pct(gpipe_max.bubble),
+        pct(theoretical_bubble(stages, max_m))
+    );
+    let busy = &naive1.busy;
+    let sum: f64 = busy.iter().sum();
+    // The bubble GPipe keeps as M → ∞ with these stage times: each phase lasts as long
+    // as its slowest stage.
+    let slowest = |t: &[f64]| t.iter().copied().fold(0.0, f64::max);
+    let floor =
+        1.0 - sum / (stages as f64 * (slowest(&naive1.forward) + slowest(&naive1.backward)));
+    let growth = gpipe_max.busy.iter().sum::<f64>() / sum - 1.0;
+    let shared = if devices.iter().any(|d| d.is_cuda()) {
+        "the CPU stage's core is".to_owned()
+    } else {
+        format!(
+            "the {} core(s) are",
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        )
+    };
+    let compute = if growth > 0.05 {
+        format!(
+            "the same work took {:.0}% more compute time at M = {max_m} (small \
+             micro-batches run less efficiently, and stages computing at once share caches \
+             and memory bandwidth)",
+            pct(growth)
+        )
+    } else {
+        format!(
+            "the compute time stayed within {:.0}% of M = 1's at M = {max_m}",
+            pct(growth.abs().max(0.01))
+        )
+    };
+    let list = |t: &[f64]| {
+        t.iter()
+            .map(|b| format!("{b:.1}"))
+            .collect::<Vec<_>>()
+            .join(" + ")
+    };
+    println!(
+        "Why not on the line: per stage, the forward passes took {} ms and the backward \
+         passes {} ms at M = 1. GPipe runs the phases one after the other, so each phase \
+         lasts as long as its slowest stage and even with M → ∞ each stage idles {:.0}% \
+         (the dashed prediction for these stages). Besides, {compute}; every micro-batch \
+         costs each boundary two messages and two thread wake-ups; and {shared} shared \
+         with everything else running.",
+        list(&naive1.forward),
+        list(&naive1.backward),
+        pct(floor),
+    );
+    let verdict = if fastest.step < 0.95 * naive1.step.min(unsplit.step) {
+        format!(
+            "{:.2}× faster than the naive split ({:.1} ms) and {:.2}× faster than the \
+             unsplit model on one thread ({:.1} ms).",
+            naive1.step / fastest.step,
+            naive1.step,
+            unsplit.step / fastest.step,
+            unsplit.step
+        )
+    } else {
+        format!(
+            "no faster than the naive split ({:.1} ms) or the unsplit model on one thread \
+             ({:.1} ms): the overlap was lost (a busy machine, unequal stages, micro-batches \
+             too small; see the timelines above).",
+            naive1.step, unsplit.step
+        )
+    };
+    let naive_note = if naive1.step >= 0.9 * unsplit.step {
+        " The naive split alone buys nothing over one thread: the stages must overlap."
+    } else {
+        ""
+    };
+    println!(
+        "{}: GPipe's fastest step, at M = {}, takes {:.1} ms: {verdict}{naive_note}",
+        dir.join("step-time.svg").display(),
+        fastest.m,
+        fastest.step,
+    );
+}
+
+/// Test accuracy of the pipeline's current parameters, 500 images at a time.
+fn accuracy(pipe: &Pipeline, test: &Dataset) -> anyhow::Result<f64> {
+    let n = test.len();
+    let mut right = 0.0;
+    let mut from = 0;
+    while from < n {
+        let len = 500.min(n - from);
+        let x = test.images.f_narrow(0, from as i64, len as i64)?;
+        let y = test.labels.f_narrow(0, from as i64, len as i64)?;
+        let logits = pipe.forward(&x)?;
+        let hits: Tensor = logits
+            .f_argmax(-1, false)?
+            .f_eq_tensor(&y.f_to_device(logits.device())?)?;
+        right += hits.f_sum(tch::Kind::Float)?.f_double_value(&[])?;
+        from += len;
+    }
+    Ok(right / n.max(1) as f64)
+}
+
+fn ms_of(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
