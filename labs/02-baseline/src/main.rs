@@ -26,7 +26,7 @@ struct Args {
     #[command(flatten)]
     data: DataArgs,
     /// Optimizer steps per device.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 1500)]
     steps: usize,
     /// Examples per step.
     #[arg(long, default_value_t = 64)]
