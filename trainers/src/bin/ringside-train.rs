@@ -605,6 +605,13 @@ fn bar_len(in_epoch: u64, done: u64, so_far: u64, max: u64) -> u64 {
 
 /// The per-phase split of the median step, and what dominates it.
 fn phase_line(p: &PhaseTimes, warmup: u64, steps: usize) -> String {
+    if steps <= warmup as usize {
+        // All zeros and "most in data" would read as a measurement.
+        return format!(
+            "per-phase split: none, all {steps} step(s) were warm-up (--warmup {warmup}); \
+             run more steps to time them"
+        );
+    }
     format!(
         "per-phase split of a step (medians over {} step(s) after {warmup} warm-up, \
          this rank): {}; total {:.2} ms, most in {}",
@@ -669,6 +676,14 @@ fn gather_bytes(c: &dyn Communicator, mine: &[u8]) -> anyhow::Result<Vec<Vec<u8>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run no longer than its warm-up printed a split of zeros "most in data".
+    #[test]
+    fn a_run_of_only_warm_up_steps_says_it_timed_none() {
+        let line = phase_line(&PhaseTimes::default(), 5, 4);
+        assert!(line.contains("none, all 4 step(s) were warm-up"), "{line}");
+        assert!(!line.contains("most in"), "{line}");
+    }
 
     /// `--steps 60` in an epoch of 937: the bar is 60 long (its ETA is the
     /// run's), and a resumed epoch counts the steps already done.
