@@ -31,8 +31,8 @@ use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::fmt;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, ChildStderr, Command, Stdio};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ChildStderr, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -41,6 +41,10 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::rendezvous::env::{DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT, Overrides, RankInfo};
 use crate::rendezvous::store::{TOKEN_VAR, Token};
+
+mod group;
+
+pub use group::{Group, supervised};
 
 /// How many stderr lines per rank a report keeps.
 pub const TAIL_LINES: usize = 20;
@@ -404,48 +408,14 @@ impl Drop for Supervising {
 // ---------------------------------------------------------------------------
 // Spawning
 
-/// One started rank.
+/// One started rank (its process is the same index of the [`Group`]).
 struct Running {
     rank: usize,
     local_rank: usize,
-    child: Child,
     pid: u32,
-    exit: Option<Exit>,
     stopped: Option<Stopped>,
     tail: Arc<Mutex<VecDeque<String>>>,
     reader: Option<JoinHandle<()>>,
-}
-
-/// Sends `sig` to the rank's whole process group.
-fn signal_group(pid: u32, sig: libc::c_int) {
-    // SAFETY: kill() has no memory-safety preconditions. The group id is the
-    // rank's pid (process_group(0)); it stays reserved while the rank is
-    // unreaped, and we signal it only until we reap.
-    unsafe {
-        libc::kill(-(pid as libc::pid_t), sig);
-    }
-}
-
-/// Whether the child has exited, without reaping it (so its pid, and with it
-/// the process-group id, cannot be reused before we clean up the group).
-fn has_exited(pid: u32) -> bool {
-    // SAFETY: a zeroed siginfo_t is valid; waitid writes into it.
-    unsafe {
-        let mut info: libc::siginfo_t = std::mem::zeroed();
-        let rc = libc::waitid(
-            libc::P_PID,
-            pid as libc::id_t,
-            &mut info,
-            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-        );
-        // An error (e.g. ECHILD) means there is nothing left to wait for:
-        // let the caller reap and read what it can.
-        rc != 0 || info.si_pid() != 0
-    }
-}
-
-fn exit_of(child: &mut Child) -> Exit {
-    child.wait().map_or(Exit::Unknown, Exit::from)
 }
 
 /// Forwards a rank's stderr as `[rank N] line`, keeping the last lines.
@@ -523,40 +493,6 @@ impl BacktraceFilter {
     }
 }
 
-/// Makes `cmd` a child that cannot outlive its supervisor: its own process group
-/// (so stopping it stops whatever it started), and SIGKILL when the spawning thread
-/// ends (`PR_SET_PDEATHSIG`), checked against a supervisor that died before the
-/// child could ask. The launcher's ranks and Hogwild's workers are started this way.
-///
-/// Spawn from a thread that lives as long as the child should: the signal fires
-/// when the spawning *thread* ends.
-pub fn supervised(cmd: &mut Command) -> &mut Command {
-    let parent = std::process::id() as libc::pid_t;
-    cmd.process_group(0);
-    // SAFETY: the closure runs between fork and exec, so it may only make
-    // async-signal-safe calls and must not allocate: prctl and getppid
-    // qualify, and from_raw_os_error does not allocate.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The supervisor died before prctl took effect: do not run orphaned.
-            if libc::getppid() != parent {
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        })
-    }
-}
-
 /// Picks a port that is free on 127.0.0.1 right now.
 fn free_port() -> Result<u16> {
     std::net::TcpListener::bind(("127.0.0.1", 0))
@@ -617,6 +553,7 @@ pub fn spawn(spec: &LaunchSpec) -> Result<LaunchReport> {
     };
 
     let guard = Supervising::start();
+    let mut group = Group::new();
     let mut ranks: Vec<Running> = Vec::with_capacity(spec.nproc_per_node);
     for local_rank in 0..spec.nproc_per_node {
         let rank = spec.node_rank * spec.nproc_per_node + local_rank;
@@ -635,11 +572,10 @@ pub fn spawn(spec: &LaunchSpec) -> Result<LaunchReport> {
             .stdin(Stdio::null())
             .stdout(Stdio::inherit())
             .stderr(Stdio::piped());
-        supervised(&mut cmd);
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
+        let i = match group.spawn(&mut cmd) {
+            Ok(i) => i,
             Err(e) => {
-                kill_and_reap(&mut ranks);
+                group.kill_all();
                 drop(guard);
                 return Err(Error::io(
                     format!(
@@ -650,9 +586,9 @@ pub fn spawn(spec: &LaunchSpec) -> Result<LaunchReport> {
                 ));
             }
         };
-        let pid = child.id();
+        let pid = group.pid(i);
         let tail = Arc::new(Mutex::new(VecDeque::with_capacity(TAIL_LINES)));
-        let reader = child.stderr.take().and_then(|pipe| {
+        let reader = group.child_mut(i).stderr.take().and_then(|pipe| {
             let tail = Arc::clone(&tail);
             std::thread::Builder::new()
                 .name(format!("ringside-rank{rank}-stderr"))
@@ -662,16 +598,14 @@ pub fn spawn(spec: &LaunchSpec) -> Result<LaunchReport> {
         ranks.push(Running {
             rank,
             local_rank,
-            child,
             pid,
-            exit: None,
             stopped: None,
             tail,
             reader,
         });
     }
 
-    let (failed, interrupted) = supervise(&mut ranks, spec.grace);
+    let (failed, interrupted) = supervise(&mut group, &mut ranks, spec.grace);
     drop(guard);
 
     // Every rank and its group are gone, so the pipes close and the readers
@@ -690,11 +624,12 @@ pub fn spawn(spec: &LaunchSpec) -> Result<LaunchReport> {
     let report = LaunchReport {
         ranks: ranks
             .iter()
-            .map(|r| RankOutcome {
+            .enumerate()
+            .map(|(i, r)| RankOutcome {
                 rank: r.rank,
                 local_rank: r.local_rank,
                 pid: r.pid,
-                exit: r.exit.unwrap_or(Exit::Unknown),
+                exit: group.exit(i).unwrap_or(Exit::Unknown),
                 stopped: r.stopped,
                 stderr_tail: r
                     .tail
@@ -718,31 +653,21 @@ pub fn spawn(spec: &LaunchSpec) -> Result<LaunchReport> {
 }
 
 /// Used when starting a later rank failed: stop the ones already running.
-fn kill_and_reap(ranks: &mut [Running]) {
-    for r in ranks.iter_mut() {
-        signal_group(r.pid, libc::SIGKILL);
-        r.exit = Some(exit_of(&mut r.child));
-    }
-}
-
 /// Watches the ranks until all have ended; returns the index of the rank
 /// whose failure ended the job and the interrupt signal, if any.
-fn supervise(ranks: &mut [Running], grace: Duration) -> (Option<usize>, Option<i32>) {
+fn supervise(
+    group: &mut Group,
+    ranks: &mut [Running],
+    grace: Duration,
+) -> (Option<usize>, Option<i32>) {
     let mut failed = None;
     let mut interrupted = None;
     // Set once we start stopping ranks: when to escalate to SIGKILL.
     let mut kill_at: Option<Instant> = None;
     let mut killed = false;
     loop {
-        for (i, r) in ranks.iter_mut().enumerate() {
-            if r.exit.is_some() || !has_exited(r.pid) {
-                continue;
-            }
-            // The rank is a zombie, so its group id is still ours to signal:
-            // clear out anything it left running, then reap it.
-            signal_group(r.pid, libc::SIGKILL);
-            let exit = exit_of(&mut r.child);
-            r.exit = Some(exit);
+        for i in group.reap() {
+            let (r, exit) = (&ranks[i], group.exit(i).unwrap_or(Exit::Unknown));
             if !exit.success() && failed.is_none() && kill_at.is_none() && r.stopped.is_none() {
                 failed = Some(i);
                 let mut err = std::io::stderr().lock();
@@ -754,7 +679,7 @@ fn supervise(ranks: &mut [Running], grace: Duration) -> (Option<usize>, Option<i
                 );
             }
         }
-        if ranks.iter().all(|r| r.exit.is_some()) {
+        if group.all_exited() {
             return (failed, interrupted);
         }
         let sig = PENDING.load(Ordering::SeqCst);
@@ -762,17 +687,15 @@ fn supervise(ranks: &mut [Running], grace: Duration) -> (Option<usize>, Option<i
             interrupted = Some(sig);
         }
         if kill_at.is_none() && (failed.is_some() || interrupted.is_some()) {
-            for r in ranks.iter_mut().filter(|r| r.exit.is_none()) {
-                signal_group(r.pid, libc::SIGTERM);
-                r.stopped = Some(Stopped::Terminated);
+            for i in group.signal_running(libc::SIGTERM) {
+                ranks[i].stopped = Some(Stopped::Terminated);
             }
             kill_at = Some(Instant::now() + grace);
         }
         let impatient = INTERRUPTS.load(Ordering::SeqCst) > 1;
         if !killed && kill_at.is_some_and(|t| Instant::now() >= t || impatient) {
-            for r in ranks.iter_mut().filter(|r| r.exit.is_none()) {
-                signal_group(r.pid, libc::SIGKILL);
-                r.stopped = Some(Stopped::Killed);
+            for i in group.signal_running(libc::SIGKILL) {
+                ranks[i].stopped = Some(Stopped::Killed);
             }
             killed = true;
         }

@@ -35,7 +35,7 @@ pub(super) fn serve_one(
         return Err(io::Error::other("no such rank"));
     };
     // Only the worker process we started for this rank gets the memory.
-    if p.served || i64::from(p.child.id()) != i64::from(pid) {
+    if p.served || i64::from(p.pid) != i64::from(pid) {
         return Err(io::Error::other("not our worker"));
     }
     send_fd(&stream, fd, &(len as u64).to_le_bytes())?;

@@ -1,8 +1,10 @@
 //! The parent's side of the worker processes: start them, reap them as they
-//! end, kill the rest on an early error, and say how each ended (in
-//! [`collectives::launch::Exit`]'s words, the launcher's).
+//! end, kill the rest on an early error, and say how each ended. The process
+//! mechanics are the launcher's ([`collectives::launch::Group`]: own process
+//! group, killed with the parent, reaped without blocking); what is Hogwild's
+//! here is which worker got the descriptor and what each wrote to stderr.
 
-use collectives::launch::Exit;
+use collectives::launch::{Exit, Group};
 
 use super::*;
 
@@ -14,17 +16,19 @@ pub(super) enum Shared {
     Named,
 }
 
-/// The worker processes, reaped as they end.
+/// The worker processes (worker `k` is the group's child `k`), reaped as they end.
+/// Dropping it kills and reaps the workers still running: on an early error, no
+/// worker outlives the run.
 pub(super) struct Children {
-    pub(super) procs: Vec<ChildProc>,
+    group: Group,
+    pub(super) procs: Vec<WorkerProc>,
 }
 
-pub(super) struct ChildProc {
-    pub(super) child: Child,
-    pub(super) exit: Option<ExitStatus>,
+pub(super) struct WorkerProc {
+    pub(super) pid: u32,
     /// Whether this worker already received the descriptor.
     pub(super) served: bool,
-    pub(super) stderr: Option<JoinHandle<String>>,
+    stderr: Option<JoinHandle<String>>,
 }
 
 impl Children {
@@ -34,34 +38,35 @@ impl Children {
         name: &str,
     ) -> Result<Children> {
         let encoded = config.encode();
-        let mut children = Children { procs: Vec::new() };
+        let mut children = Children {
+            group: Group::new(),
+            procs: Vec::new(),
+        };
         for rank in 0..config.workers {
             let mut cmd = Command::new(&launcher.program);
-            // A worker must not outlive the run (a parent killed mid-run would
-            // leave workers writing into a region nobody reads): the launcher's
-            // rule for its ranks.
-            collectives::launch::supervised(&mut cmd);
-            let mut child = cmd
-                .args(&launcher.args)
+            cmd.args(&launcher.args)
                 .env(ENV_ROLE, rank.to_string())
                 .env(ENV_CONFIG, &encoded)
                 .env(ENV_SHARED, name)
                 .env(ENV_PARENT, std::process::id().to_string())
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
+                .stderr(Stdio::piped());
+            // A worker must not outlive the run (a parent killed mid-run would
+            // leave workers writing into a region nobody reads).
+            let k = children
+                .group
+                .spawn(&mut cmd)
                 .map_err(|e| os(&format!("starting {}", launcher.program.display()), e))?;
-            let stderr = child.stderr.take().map(|mut err| {
+            let stderr = children.group.child_mut(k).stderr.take().map(|mut err| {
                 std::thread::spawn(move || {
                     let mut buf = Vec::new();
                     let _ = err.read_to_end(&mut buf);
                     String::from_utf8_lossy(&buf).into_owned()
                 })
             });
-            children.procs.push(ChildProc {
-                child,
-                exit: None,
+            children.procs.push(WorkerProc {
+                pid: children.group.pid(k),
                 served: false,
                 stderr,
             });
@@ -69,31 +74,23 @@ impl Children {
         Ok(children)
     }
 
-    pub(super) fn poll(&mut self) -> Result<()> {
-        for p in self.procs.iter_mut().filter(|p| p.exit.is_none()) {
-            p.exit = p
-                .child
-                .try_wait()
-                .map_err(|e| os("waiting for a worker", e))?;
-        }
-        Ok(())
+    /// Reaps the workers that have ended (never blocks).
+    pub(super) fn poll(&mut self) {
+        self.group.reap();
     }
 
     pub(super) fn exited(&self, rank: usize) -> bool {
-        self.procs.get(rank).is_none_or(|p| p.exit.is_some())
+        rank >= self.group.len() || self.group.exit(rank).is_some()
     }
 
     pub(super) fn all_exited(&self) -> bool {
-        self.procs.iter().all(|p| p.exit.is_some())
+        self.group.all_exited()
     }
 
     /// SIGKILLs the workers still running (only processes this run started) and
     /// reaps them.
     pub(super) fn kill_all(&mut self) {
-        for p in self.procs.iter_mut().filter(|p| p.exit.is_none()) {
-            let _ = p.child.kill();
-            p.exit = p.child.wait().ok();
-        }
+        self.group.kill_all();
     }
 
     pub(super) fn outcomes(
@@ -112,17 +109,17 @@ impl Children {
                 let chars: Vec<char> = stderr.chars().collect();
                 chars[chars.len().saturating_sub(1500)..].iter().collect()
             };
-            let failure = match p.exit {
-                _ if timed_out && p.exit.is_some_and(|s| s.signal() == Some(libc::SIGKILL)) => {
+            let failure = match self.group.exit(rank) {
+                Some(Exit::Signal(libc::SIGKILL)) if timed_out => {
                     Some("did not finish in time and was killed".to_owned())
                 }
-                Some(s) if s.success() => None,
-                Some(s) => Some(describe(s)),
+                Some(e) if e.success() => None,
+                Some(e) => Some(e.to_string()),
                 None => Some("could not be waited for".to_owned()),
             };
             out.push(WorkerOutcome {
                 rank,
-                pid: p.child.id(),
+                pid: p.pid,
                 attached: region.attached(rank)? != 0,
                 steps: region.slot(rank, 8)?.load(Ordering::SeqCst),
                 failure,
@@ -131,15 +128,4 @@ impl Children {
         }
         Ok(out)
     }
-}
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        // On an early error: no worker outlives the run.
-        self.kill_all();
-    }
-}
-
-pub(super) fn describe(s: ExitStatus) -> String {
-    Exit::from(s).to_string()
 }
