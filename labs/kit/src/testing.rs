@@ -25,6 +25,19 @@ pub struct QuickRun {
 }
 
 impl QuickRun {
+    /// Panics unless the results file holds exactly these figures, in this order,
+    /// each drawn as SVG and PNG.
+    pub fn assert_figures(&self, names: &[&str]) {
+        let got: Vec<&str> = self
+            .results
+            .figures
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect();
+        assert_eq!(got, names);
+        self.assert_charts(names);
+    }
+
     /// Panics unless every named chart was written as SVG and PNG.
     pub fn assert_charts(&self, names: &[&str]) {
         for name in names {
