@@ -140,8 +140,8 @@ fn mlp() -> Blueprint {
 }
 
 /// The self-check, for both schedules: [`check_on_paper`], then trainers' equivalence
-/// check (the one its own tests use): 10 SGD steps through the pipeline equal the
-/// unsplit model's (|Δ| ≤ 1e-5) for an MLP on 2 and 3 CPU stages with 1 to 12
+/// check (the one its own tests use): each of 10 SGD steps through the pipeline equals
+/// the unsplit model's step from the same parameters (|Δ| ≤ 1e-5) for an MLP on 2 and 3 CPU stages with 1 to 12
 /// micro-batches, and for the lab's CNN cut before `conv2` on the lab's devices (CPU
 /// + GPU where there is one).
 pub fn check(variant: Variant) -> Result<(), LabError> {

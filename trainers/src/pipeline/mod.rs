@@ -24,8 +24,8 @@
 //! micro-batch's loss is weighted by its share of the batch (`b_m / B`), so the
 //! accumulated gradients are those of the mean loss over the whole batch: the result
 //! equals the unsplit model's step up to float rounding, whatever `M` and whatever the
-//! schedule ([`check::equivalence`]: 10 SGD steps to 1e-5 against the unsplit model
-//! accumulating over the same micro-batches; against one forward on the whole batch,
+//! schedule ([`check::equivalence`]: each of 10 SGD steps to 1e-5 against the unsplit
+//! model's step from the same parameters, accumulating over the same micro-batches; against one forward on the whole batch,
 //! CPU kernels chosen by row count add batching noise).
 //!
 //! **Batch norm caveat**: in training mode a batch-norm layer normalises each
