@@ -162,11 +162,7 @@ pub fn save_distributed(
 /// `opt` is changed. Variables are copied onto whatever device they live on.
 pub fn load(path: impl AsRef<Path>, vs: &VarStore, opt: Option<&mut Sgd>) -> Result<TrainState> {
     let path = path.as_ref();
-    let bytes = fs::read(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let file = parse(path, &bytes)?;
+    let file = read(path)?;
     let meta = file.metadata.as_ref().ok_or_else(|| {
         bad(
             path,
@@ -233,11 +229,7 @@ pub fn load(path: impl AsRef<Path>, vs: &VarStore, opt: Option<&mut Sgd>) -> Res
 /// Nothing is copied unless everything checks out.
 pub fn load_weights(path: impl AsRef<Path>, vs: &VarStore) -> Result<Vec<String>> {
     let path = path.as_ref();
-    let bytes = fs::read(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let file = parse(path, &bytes)?;
+    let file = read(path)?;
     if let Some(meta) = file.metadata.as_ref().filter(|m| m.contains_key("format")) {
         check_format(path, meta, true)?;
     }
@@ -299,11 +291,7 @@ pub fn load_state_dict(
     consume_prefix: Option<&str>,
 ) -> Result<()> {
     let path = path.as_ref();
-    let bytes = fs::read(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let file = parse(path, &bytes)?;
+    let file = read(path)?;
     let mut stored: BTreeMap<String, &Raw> = BTreeMap::new();
     for (name, raw) in &file.tensors {
         let name = match consume_prefix {
@@ -383,11 +371,7 @@ fn wrapper_prefix(missing: &[&str], unexpected: &[&str]) -> Option<String> {
 /// Reads and verifies a checkpoint (format, checksum, metadata) without a model.
 pub fn inspect(path: impl AsRef<Path>) -> Result<Info> {
     let path = path.as_ref();
-    let bytes = fs::read(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let file = parse(path, &bytes)?;
+    let file = read(path)?;
     let meta = file
         .metadata
         .as_ref()
@@ -571,6 +555,15 @@ fn serialize(path: &Path, vs: &VarStore, opt: Option<&Sgd>, state: &TrainState) 
     let views = tensors.iter().map(|(n, r)| (n.as_str(), r));
     safetensors::tensor::serialize(views, &Some(meta))
         .map_err(|e| bad(path, &format!("cannot serialize: {e}")))
+}
+
+/// Reads and [`parse`]s the file at `path`.
+fn read(path: &Path) -> Result<Parsed> {
+    let bytes = fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse(path, &bytes)
 }
 
 /// Parses a file's bytes and verifies the checksum if the metadata holds one.

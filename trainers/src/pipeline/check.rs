@@ -240,12 +240,13 @@ pub fn bubble(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::models::{self, MlpConfig};
     use crate::pipeline::{GPipe, Naive, theoretical_bubble};
 
-    fn mlp() -> Blueprint {
+    /// The small MLP of the pipeline's tests (also `pipeline::tests`).
+    pub(in crate::pipeline) fn mlp() -> Blueprint {
         models::mlp(&MlpConfig {
             hidden: vec![32, 16],
             ..Default::default()

@@ -331,13 +331,7 @@ mod tests {
     use super::*;
     use crate::data_parallel::cross_entropy;
     use crate::models::{self, MlpConfig};
-
-    fn mlp() -> Blueprint {
-        models::mlp(&MlpConfig {
-            hidden: vec![32, 16],
-            ..Default::default()
-        })
-    }
+    use crate::pipeline::check::tests::mlp;
 
     /// The classic CPU + GPU split, where a GPU exists (visible skip otherwise).
     #[test]
