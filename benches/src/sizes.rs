@@ -36,8 +36,12 @@ pub struct Sweep {
 }
 
 impl Sweep {
-    /// Rejects flags the peers would reject, so errors show before any launch.
+    /// Rejects flags the peers would reject, so errors show before any launch:
+    /// what no sweep can measure (`measure::size::sweep_sizes`, the rule every
+    /// binary shares), plus what only the C and C++ peers cannot run.
     pub fn validate(&self) -> Result<()> {
+        // The peers only multiply (`s *= f`), so a factor below 2 never ends
+        // their loop, even when min = max.
         if self.factor < 2 {
             return Err(Error::BadSweep(format!(
                 "factor must be >= 2, got {}",
@@ -47,12 +51,14 @@ impl Sweep {
         if self.iters < 1 {
             return Err(Error::BadSweep("need at least one iteration (-n)".into()));
         }
-        if self.min_bytes < 1 || self.max_bytes < self.min_bytes.max(ELEM_BYTES) {
+        if self.max_bytes < ELEM_BYTES {
             return Err(Error::BadSweep(format!(
-                "need 1 <= min ({}) <= max ({}), and max >= {ELEM_BYTES} (one f32)",
-                self.min_bytes, self.max_bytes
+                "max ({}) must hold at least one f32 ({ELEM_BYTES} bytes)",
+                self.max_bytes
             )));
         }
+        measure::size::sweep_sizes(self.min_bytes.max(1), self.max_bytes, self.factor, 0)
+            .map_err(|e| Error::BadSweep(format!("{}: {}", e.input, e.why)))?;
         // The peers pass element counts as C `int`.
         if self.max_bytes / ELEM_BYTES > i32::MAX as u64 {
             return Err(Error::BadSweep("max size must be below 8 GiB".into()));
@@ -143,5 +149,8 @@ mod tests {
         assert!(sweep(1, 3, 2).validate().is_err());
         assert!(sweep(8, 16 << 30, 2).validate().is_err());
         assert!(sweep(8, 64 << 20, 2).validate().is_ok());
+        // The shared rule's words reach the user.
+        let e = sweep(64, 8, 2).validate().unwrap_err().to_string();
+        assert!(e.contains("above the largest"), "{e}");
     }
 }
