@@ -8,6 +8,7 @@ pub mod dissemination;
 pub mod halving_doubling;
 pub mod linear;
 pub mod pairwise;
+pub mod plug;
 pub mod recursive_doubling;
 pub mod ring;
 pub mod tree;

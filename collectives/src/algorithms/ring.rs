@@ -14,6 +14,7 @@ use crate::element::{DType, ReduceOp};
 use crate::error::Result;
 use crate::transport::Sink;
 
+// ANCHOR: reduce_scatter
 /// In-place ring reduce-scatter: afterwards `buf[blocks[rank]]` holds the
 /// reduction of every rank's block `rank`; other blocks hold partial sums.
 pub fn reduce_scatter_blocks(
@@ -42,7 +43,9 @@ pub fn reduce_scatter_blocks(
     }
     Ok(())
 }
+// ANCHOR_END: reduce_scatter
 
+// ANCHOR: all_gather
 /// In-place ring all-gather: rank r's `buf[blocks[r]]` goes to every rank.
 pub fn all_gather_blocks(
     p: &mut TaggedTransport<'_>,
@@ -59,6 +62,7 @@ pub fn all_gather_blocks(
     }
     Ok(())
 }
+// ANCHOR_END: all_gather
 
 /// In-place ring all_reduce of `buf` (`Avg` is left as a sum; the caller divides).
 pub fn all_reduce(

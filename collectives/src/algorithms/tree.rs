@@ -10,6 +10,7 @@ use crate::element::{DType, ReduceOp};
 use crate::error::Result;
 use crate::transport::Sink;
 
+// ANCHOR: broadcast
 /// The lowest set bit of v, or the first power of two ≥ n for the root.
 fn span_of(v: usize, n: usize) -> usize {
     if v == 0 {
@@ -36,6 +37,7 @@ pub fn broadcast(p: &mut TaggedTransport<'_>, buf: &mut [u8], root: usize) -> Re
     }
     Ok(())
 }
+// ANCHOR_END: broadcast
 
 /// Reduces every rank's `acc` into the root's `acc`. On other ranks `acc` is
 /// clobbered with partial results, so callers pass scratch there (`Avg` is

@@ -12,12 +12,12 @@
 //! with the reason) and the communicator refuses further calls.
 
 use std::ops::Range;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::checks::{self, blocked_count, gather_count, input_bytes, per_rank};
 use super::scratch::area;
 use crate::algorithms::{
-    self, Algo, TaggedTransport, dissemination, halving_doubling, linear, pairwise,
+    self, Algo, TaggedTransport, dissemination, halving_doubling, linear, pairwise, plug::Plug,
     recursive_doubling, ring, tree,
 };
 use crate::buffer::{Buffer, BufferMut};
@@ -39,6 +39,8 @@ pub struct ReferenceComm {
 struct Inner {
     t: Box<dyn Transport>,
     algo: Algo,
+    /// Set by [`ReferenceComm::plug`]: runs every all_reduce and broadcast.
+    plug: Option<Arc<dyn Plug>>,
     seq: u32,
     sent: Vec<u32>,
     received: Vec<u32>,
@@ -72,6 +74,7 @@ impl ReferenceComm {
             inner: Mutex::new(Inner {
                 t,
                 algo,
+                plug: None,
                 seq: 0,
                 sent: vec![0; world],
                 received: vec![0; world],
@@ -88,6 +91,16 @@ impl ReferenceComm {
     pub fn set_algo(&self, algo: Algo) {
         if let Ok(mut g) = self.inner.lock() {
             g.algo = algo;
+        }
+    }
+
+    /// Runs every later all_reduce and broadcast (at more than one rank) with
+    /// `plug`'s algorithms instead of the backend's own; `None` goes back.
+    /// Validation, the agreement round, `Avg`'s division and the abort on error
+    /// stay the backend's. Every rank must plug the same algorithms.
+    pub fn plug(&self, plug: Option<Arc<dyn Plug>>) {
+        if let Ok(mut g) = self.inner.lock() {
+            g.plug = plug;
         }
     }
 
@@ -178,6 +191,17 @@ impl Communicator for ReferenceComm {
                 }
                 return Ok(());
             }
+            if let Some(plug) = g.plug.clone() {
+                g.agree(tag)?;
+                if let Some(s) = src {
+                    out.copy_from_slice(s);
+                }
+                plug.all_reduce(&mut g.tagged(tag), out, dtype, op)?;
+                if op == ReduceOp::Avg {
+                    finish_avg(dtype, out, n);
+                }
+                return Ok(());
+            }
             let bytes = out.len();
             let algo = algorithms::select(g.algo, bytes, n);
             if !B.algorithms().contains(&algo) {
@@ -244,7 +268,10 @@ impl Communicator for ReferenceComm {
             if let Some(s) = src {
                 out.copy_from_slice(s);
             }
-            tree::broadcast(&mut g.tagged(tag), out, root)
+            match g.plug.clone() {
+                Some(plug) => plug.broadcast(&mut g.tagged(tag), out, root),
+                None => tree::broadcast(&mut g.tagged(tag), out, root),
+            }
         })
     }
 

@@ -1,0 +1,49 @@
+//! Lab 6: collectives from scratch. The learner's ring all-reduce and
+//! binomial-tree broadcast ([`exercise`]) are plugged into the reference
+//! backend ([`collectives::algorithms::plug`]), judged by the same conformance
+//! suite as the backend's own algorithms, and timed beside them by the program
+//! (`cargo lab 6`). The solution is the backend's own code ([`Builtin`]: the
+//! ring of `algorithms/ring.rs`, the tree of `algorithms/tree.rs`).
+
+pub mod exercise;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use collectives::algorithms::plug::{self, Builtin, Plug};
+use labkit::{LabError, Variant};
+
+/// The algorithms of `variant`: the learner's, or the backend's own.
+pub fn algorithms(variant: Variant) -> Arc<dyn Plug> {
+    match variant {
+        Variant::Exercise => Arc::new(exercise::YourAlgorithms),
+        Variant::Solution => Arc::new(Builtin),
+    }
+}
+
+/// The label the program's charts give `variant`'s ring.
+pub fn ring_label(variant: Variant) -> &'static str {
+    match variant {
+        Variant::Exercise => "your ring",
+        Variant::Solution => "your ring (the solution)",
+    }
+}
+
+/// The self-check: the conformance suite's all_reduce and broadcast cases (every
+/// dtype and op, sizes that never split evenly, in and out of place, every rank
+/// a root somewhere) on 1 to 5 ranks, with `variant`'s algorithms inside the
+/// reference backend. A wait longer than 20 s is an error, not a hang.
+pub fn check(variant: Variant) -> Result<usize, LabError> {
+    match plug::check(algorithms(variant), 1..=5, Duration::from_secs(20))? {
+        Ok(cases) => Ok(cases),
+        Err((world, report)) => {
+            let shown: Vec<&str> = report.failures.iter().take(5).map(String::as_str).collect();
+            Err(LabError::Wrong(format!(
+                "{} of {} cases wrong on {world} ranks, e.g.:\n  {}",
+                report.failures.len(),
+                report.cases,
+                shown.join("\n  ")
+            )))
+        }
+    }
+}
