@@ -108,8 +108,6 @@ pub fn ready_order(n: usize) -> Vec<usize> {
 pub struct Bucket {
     params: Vec<usize>,
     flat: Tensor,
-    /// One view of `flat` per parameter, shaped like the parameter.
-    views: Vec<Tensor>,
 }
 
 impl Bucket {
@@ -124,7 +122,7 @@ impl Bucket {
             .get(first)
             .ok_or_else(|| Error::InvalidArgument(format!("no parameter {first}")))?
             .f_kind()?;
-        let mut sizes = Vec::with_capacity(params.len());
+        let mut total = 0;
         for &i in &params {
             let p = all
                 .get(i)
@@ -135,22 +133,10 @@ impl Bucket {
                     p.kind()
                 )));
             }
-            sizes.push(p.size());
+            total += p.numel() as i64;
         }
-        let total: i64 = sizes.iter().map(|s| s.iter().product::<i64>()).sum();
         let flat = Tensor::f_zeros([total], (kind, device))?;
-        let mut views = Vec::with_capacity(params.len());
-        let mut offset = 0;
-        for size in sizes {
-            let n: i64 = size.iter().product();
-            views.push(flat.f_narrow(0, offset, n)?.f_view(size.as_slice())?);
-            offset += n;
-        }
-        Ok(Bucket {
-            params,
-            flat,
-            views,
-        })
+        Ok(Bucket { params, flat })
     }
 
     /// The parameter indices, in bucket order.
@@ -173,31 +159,37 @@ impl Bucket {
         self.numel() * self.flat.kind().elt_size_in_bytes()
     }
 
-    /// Copies the parameters' gradients into the bucket; a parameter without a
-    /// gradient (unused in this step) contributes zeros.
-    pub fn copy_in(&mut self, all: &[Tensor]) -> Result<()> {
-        for (view, &i) in self.views.iter_mut().zip(&self.params) {
-            let g = all[i].f_grad()?;
-            if g.defined() {
-                view.f_copy_(&g)?;
-            } else {
-                let _ = view.f_zero_()?;
-            }
-        }
-        Ok(())
+    /// The parameters' gradients in bucket order, to copy in; a parameter
+    /// without one (unused in this step) contributes zeros.
+    pub fn gradients(&self, all: &[Tensor]) -> Result<Vec<Tensor>> {
+        self.params
+            .iter()
+            .map(|&i| {
+                let g = all[i].f_grad()?;
+                Ok(if g.defined() {
+                    g
+                } else {
+                    all[i].f_zeros_like()?
+                })
+            })
+            .collect()
     }
 
-    /// Copies the reduced values back into the parameters' gradients, giving a
-    /// gradient to a parameter that had none (so every rank's optimizer sees one).
-    pub fn copy_out(&self, all: &[Tensor]) -> Result<()> {
-        for (view, &i) in self.views.iter().zip(&self.params) {
-            let mut g = all[i].f_grad()?;
-            if !g.defined() {
-                g = define_grad(&all[i])?;
-            }
-            g.f_copy_(view)?;
-        }
-        Ok(())
+    /// The parameters' gradients in bucket order, to copy the averages back
+    /// into, giving a parameter that had none a zero one (so every rank's
+    /// optimizer sees one).
+    pub fn gradients_to_fill(&self, all: &[Tensor]) -> Result<Vec<Tensor>> {
+        self.params
+            .iter()
+            .map(|&i| {
+                let g = all[i].f_grad()?;
+                if g.defined() {
+                    Ok(g)
+                } else {
+                    define_grad(&all[i])
+                }
+            })
+            .collect()
     }
 }
 
@@ -278,18 +270,22 @@ mod tests {
 
     #[test]
     fn bucket_copies_gradients_in_and_back_out() {
+        use crate::ddp::{GradSync, Standard};
         let a = Tensor::ones([2, 3], tch::kind::FLOAT_CPU).set_requires_grad(true);
         let b = Tensor::ones([4], tch::kind::FLOAT_CPU).set_requires_grad(true);
         let all = vec![a.shallow_clone(), b.shallow_clone()];
         (a.sum(Kind::Float) * 2.0).backward();
         // `b` has no gradient yet: it contributes zeros.
-        let mut bucket = Bucket::new(vec![1, 0], &all, Device::Cpu).unwrap();
+        let bucket = Bucket::new(vec![1, 0], &all, Device::Cpu).unwrap();
         assert_eq!((bucket.numel(), bucket.bytes()), (10, 40));
-        bucket.copy_in(&all).unwrap();
+        Standard
+            .flatten(&bucket.gradients(&all).unwrap(), &mut bucket.flat())
+            .unwrap();
         let flat: Vec<f32> = Vec::try_from(bucket.flat()).unwrap();
         assert_eq!(flat, [0.0, 0.0, 0.0, 0.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0]);
         let _ = bucket.flat().f_add_scalar_(1.0).unwrap();
-        bucket.copy_out(&all).unwrap();
+        let fill = bucket.gradients_to_fill(&all).unwrap();
+        Standard.unflatten(&bucket.flat(), &fill).unwrap();
         assert_eq!(Vec::<f32>::try_from(b.grad()).unwrap(), [1.0; 4]);
         assert_eq!(a.grad().size(), [2, 3]);
         assert!(

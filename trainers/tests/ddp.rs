@@ -5,7 +5,7 @@
 //! Ranks are threads of this test, each with its own reference-backend
 //! communicator over an in-memory store, its own VarStore and its own optimizer.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use collectives::transport::TransportKind;
@@ -13,7 +13,7 @@ use collectives::{Communicator, ReduceOp};
 use tch::nn::{self, ModuleT, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 use trainers::data::{self, Dataset};
-use trainers::ddp::{self, Ddp, DdpOptions, StageSplit};
+use trainers::ddp::{self, Ddp, DdpOptions, StageSplit, Standard};
 use trainers::models;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -164,40 +164,6 @@ fn single_process(
     snapshot(&vs)
 }
 
-/// `world` DDP ranks with batch `b` each; rank r's batch is rows r·b..(r+1)·b of
-/// the global batch. Only rank 0 starts from `init`: the others start from their
-/// own random parameters, which the constructor's broadcast must replace.
-fn ddp_ranks(
-    world: usize,
-    b: usize,
-    steps: usize,
-    init: &[(String, Tensor)],
-    data: &Dataset,
-    opts: DdpOptions,
-) -> Vec<Vec<(String, Tensor)>> {
-    let init = Mutex::new(Some(
-        init.iter()
-            .map(|(n, t)| (n.clone(), t.copy()))
-            .collect::<Vec<_>>(),
-    ));
-    with_data_ranks(world, data, |rank, comm, data| {
-        let vs = nn::VarStore::new(Device::Cpu);
-        let model = models::cnn().build(&vs.root());
-        if rank == 0 {
-            load(&vs, &init.lock().unwrap().take().unwrap());
-        }
-        let mut ddp = Ddp::new(model, &vs, comm, opts.clone()).unwrap();
-        let mut opt = sgd(&vs, 0.05);
-        for s in 0..steps {
-            let (x, y) = rows(&data, s * world * b + rank * b, b);
-            opt.zero_grad();
-            let _ = ddp.forward_backward(&x, |logits| ce(logits, &y)).unwrap();
-            opt.step();
-        }
-        snapshot(&vs)
-    })
-}
-
 fn small_buckets(split: StageSplit) -> DdpOptions {
     DdpOptions {
         first_bucket_bytes: 4 << 10,
@@ -210,17 +176,24 @@ fn small_buckets(split: StageSplit) -> DdpOptions {
 fn check_equivalence(world: usize, opts: DdpOptions) {
     let (b, steps) = (8, 10);
     let data = data::synthetic(world * b * steps, 42).unwrap();
-    let init = initial_cnn();
-    let want = single_process(&init, &data, world * b, b, steps);
+    let e = ddp::check::equivalence(world, b, steps, &data, Arc::new(Standard), opts).unwrap();
     // The run must actually move the parameters, or the comparison proves nothing.
-    assert!(max_diff(&want, &init) > 1e-3);
-    for (rank, got) in ddp_ranks(world, b, steps, &init, &data, opts)
-        .iter()
-        .enumerate()
-    {
-        let d = max_diff(got, &want);
-        assert!(d <= 1e-5, "world {world} rank {rank}: max |Δparam| = {d:e}");
-    }
+    assert!(e.moved > 1e-3, "{e:?}");
+    assert!(e.max_diff <= 1e-5, "world {world}: {e:?}");
+}
+
+/// With `no_sync` over k − 1 of k micro-batches, one round of all-reduces per
+/// optimizer step (one call per bucket), not one per micro-batch.
+#[test]
+fn no_sync_accumulation_all_reduces_once_per_step() {
+    let (world, k, b, steps) = (2, 3, 4, 3);
+    let data = data::synthetic(world * k * b * steps, 5).unwrap();
+    let opts = small_buckets(StageSplit::Auto);
+    let (per_step, buckets) =
+        ddp::check::all_reduces_per_step(world, k, b, steps, &data, Arc::new(Standard), opts)
+            .unwrap();
+    assert!(buckets > 1, "{buckets}");
+    assert_eq!(per_step, vec![buckets; steps]);
 }
 
 #[test]

@@ -46,7 +46,7 @@
 //! ```
 
 use std::collections::HashMap;
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use collectives::{Communicator, Input, ReduceOp};
@@ -59,6 +59,11 @@ use crate::comm::{self, CommThread};
 use crate::models::Stage;
 use crate::timeline::{TID_COMM, TID_COMPUTE, Timeline};
 use crate::{Error, Result};
+
+pub mod check;
+mod sync;
+
+pub use sync::{GradSync, Standard};
 
 /// Where to cut the model for staged backward.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -134,6 +139,8 @@ pub struct Ddp {
     param_names: Vec<String>,
     buffers: Vec<Tensor>,
     buckets: Vec<Bucket>,
+    /// What moves the gradients ([`Standard`] unless [`Ddp::with_sync`] says).
+    sync: Arc<dyn GradSync>,
     /// Per bucket, the stage after whose backward all its gradients exist.
     ready_stage: Vec<usize>,
     /// `None` only while [`Ddp::with_communicator`] has the communicator out.
@@ -174,6 +181,18 @@ impl Ddp {
         vs: &nn::VarStore,
         comm: Box<dyn Communicator>,
         opts: DdpOptions,
+    ) -> Result<Ddp> {
+        Ddp::with_sync(model, vs, comm, opts, Arc::new(Standard))
+    }
+
+    /// [`Ddp::new`] with `sync` moving the gradients instead of [`Standard`]
+    /// (the workshop's lab 7 plugs the learner's in here).
+    pub fn with_sync(
+        model: Stage,
+        vs: &nn::VarStore,
+        comm: Box<dyn Communicator>,
+        opts: DdpOptions,
+        sync: Arc<dyn GradSync>,
     ) -> Result<Ddp> {
         let layers: Vec<String> = model.names().iter().map(|s| s.to_string()).collect();
         let layer_index: HashMap<&str, usize> = layers
@@ -281,6 +300,7 @@ impl Ddp {
             param_names,
             buffers,
             buckets,
+            sync,
             ready_stage,
             comm: Some(comm),
             cuts: cut_names,
@@ -524,11 +544,17 @@ impl Ddp {
             self.timeline
                 .span(label, "backward", TID_COMPUTE, t0, t1, Map::new());
             if sync {
-                while next_bucket < self.buckets.len() && self.ready_stage[next_bucket] >= k {
+                let ready = self.sync.ready(k, &self.ready_stage, next_bucket);
+                while next_bucket < ready.min(self.buckets.len()) {
                     self.launch(next_bucket)?;
                     next_bucket += 1;
                 }
             }
+        }
+        // What `ready` held back starts now, without overlap.
+        while sync && next_bucket < self.buckets.len() {
+            self.launch(next_bucket)?;
+            next_bucket += 1;
         }
         let bwd_end = Instant::now();
         self.timeline.end_backward(bwd_end);
@@ -542,15 +568,15 @@ impl Ddp {
     /// Copies bucket `b`'s gradients in and queues its all_reduce.
     fn launch(&mut self, b: usize) -> Result<()> {
         let t0 = Instant::now();
-        self.buckets[b].copy_in(&self.params)?;
-        let flat = self.buckets[b].flat();
+        let mut flat = self.buckets[b].flat();
+        let grads = self.buckets[b].gradients(&self.params)?;
+        self.sync.flatten(&grads, &mut flat)?;
         let bytes = self.buckets[b].bytes();
-        let (done, step) = (self.done_tx.clone(), self.step);
+        let (done, step, sync) = (self.done_tx.clone(), self.step, self.sync.clone());
         self.comm()?.submit(move |c| {
             let start = Instant::now();
             let mut t = flat;
-            let result = comm::buffer_mut(&mut t)
-                .and_then(|mut buf| Ok(c.all_reduce(Input::InPlace, &mut buf, ReduceOp::Avg)?));
+            let result = sync.all_reduce_mean(c, &mut t);
             let _ = done.send(Done {
                 step,
                 bucket: b,
@@ -612,7 +638,9 @@ impl Ddp {
             match done.result {
                 Ok(()) => {
                     let t0 = Instant::now();
-                    self.buckets[done.bucket].copy_out(&self.params)?;
+                    let bucket = &self.buckets[done.bucket];
+                    let grads = bucket.gradients_to_fill(&self.params)?;
+                    self.sync.unflatten(&bucket.flat(), &grads)?;
                     let name = format!("copy out bucket {}", done.bucket);
                     self.timeline
                         .span(name, "bucket", TID_COMPUTE, t0, Instant::now(), Map::new());
@@ -638,55 +666,13 @@ impl Ddp {
         Ok(())
     }
 
-    /// Broadcasts `tensors` from `root` in place. Like PyTorch's coalesced
-    /// broadcast, tensors of one kind travel together as one flat tensor (one
-    /// collective instead of one per tensor: a ResNet has dozens of small batch-norm
-    /// buffers), on their device when the backend reaches it, else on the host.
+    /// Broadcasts `tensors` from `root` in place, on the communicator thread, with
+    /// the [`GradSync`]'s broadcast ([`Standard`]: coalesced by kind and device).
     /// Every rank must pass tensors of the same kinds and shapes in the same order.
     pub fn broadcast(&self, tensors: &[Tensor], root: usize) -> Result<()> {
-        let backend = self.comm()?.backend();
-        let mut groups: Vec<((tch::Kind, Device), Vec<usize>)> = Vec::new();
-        for (i, t) in tensors.iter().enumerate() {
-            let dev = if t.device().is_cuda() && backend.supports(comm::location(t.device())) {
-                t.device()
-            } else {
-                Device::Cpu
-            };
-            let key = (t.f_kind()?, dev);
-            match groups.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, members)) => members.push(i),
-                None => groups.push((key, vec![i])),
-            }
-        }
-        let mut wires = Vec::with_capacity(groups.len());
-        for ((_, dev), members) in &groups {
-            let flat = members
-                .iter()
-                .map(|&i| tensors[i].f_detach()?.f_reshape([-1])?.f_to_device(*dev))
-                .collect::<std::result::Result<Vec<_>, _>>()?;
-            wires.push(Tensor::f_cat(&flat, 0)?);
-        }
-        let sent: Vec<Tensor> = wires.iter().map(Tensor::shallow_clone).collect();
-        self.comm()?.call(move |c| -> Result<()> {
-            for mut w in sent {
-                let mut b = comm::buffer_mut(&mut w)?;
-                c.broadcast(Input::InPlace, &mut b, root)?;
-            }
-            Ok(())
-        })??;
-        tch::no_grad(|| -> Result<()> {
-            for ((_, members), wire) in groups.iter().zip(&wires) {
-                let mut offset = 0;
-                for &i in members {
-                    let t = &tensors[i];
-                    let n = t.numel() as i64;
-                    let part = wire.f_narrow(0, offset, n)?.f_view(t.size().as_slice())?;
-                    t.shallow_clone().f_copy_(&part)?;
-                    offset += n;
-                }
-            }
-            Ok(())
-        })
+        let sent: Vec<Tensor> = tensors.iter().map(Tensor::shallow_clone).collect();
+        let sync = self.sync.clone();
+        self.comm()?.call(move |c| sync.broadcast(c, &sent, root))?
     }
 
     /// Sums (or otherwise reduces) a few numbers across ranks: metrics.
