@@ -224,9 +224,10 @@ fn max_diff(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> Result<f64> {
     Ok(max)
 }
 
-/// `body(rank, comm, data)` on `world` thread ranks, each with its own handle
-/// on `data` (a `Tensor` is `Send` but not `Sync`).
-fn with_data_ranks<T: Send>(
+/// `body(rank, comm, data)` on `world` thread ranks (reference backend over
+/// shared memory, every wait bounded by `timeout`, at most 60 s), each with its
+/// own handle on `data` (a `Tensor` is `Send` but not `Sync`).
+pub fn with_data_ranks<T: Send>(
     world: usize,
     data: &Dataset,
     timeout: Duration,

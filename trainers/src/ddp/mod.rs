@@ -544,20 +544,20 @@ impl Ddp {
             self.timeline
                 .span(label, "backward", TID_COMPUTE, t0, t1, Map::new());
             if sync {
-                let ready = self.sync.ready(k, &self.ready_stage, next_bucket);
+                let ready = self.sync.ready(k, &self.ready_stage, next_bucket)?;
                 while next_bucket < ready.min(self.buckets.len()) {
                     self.launch(next_bucket)?;
                     next_bucket += 1;
                 }
             }
         }
-        // What `ready` held back starts now, without overlap.
+        let bwd_end = Instant::now();
+        self.timeline.end_backward(bwd_end);
+        // What `ready` held back starts now, with nothing left to overlap.
         while sync && next_bucket < self.buckets.len() {
             self.launch(next_bucket)?;
             next_bucket += 1;
         }
-        let bwd_end = Instant::now();
-        self.timeline.end_backward(bwd_end);
         if sync {
             self.wait_buckets(bwd_end)?;
         }

@@ -29,7 +29,7 @@ pub trait GradSync: Send + Sync {
     /// 0): buckets `next..` have not started; `ready_stage[b]` is the stage whose
     /// backward finishes bucket b's gradients. Returns the new `next`: buckets
     /// `next..returned` start now. Whatever is left starts after the backward.
-    fn ready(&self, stage: usize, ready_stage: &[usize], next: usize) -> usize;
+    fn ready(&self, stage: usize, ready_stage: &[usize], next: usize) -> Result<usize>;
 }
 
 /// trainers' own: coalesced broadcast, `ReduceOp::Avg`, view copies, and every
@@ -111,14 +111,14 @@ impl GradSync for Standard {
     // ANCHOR_END: flatten
 
     // ANCHOR: ready
-    fn ready(&self, stage: usize, ready_stage: &[usize], mut next: usize) -> usize {
+    fn ready(&self, stage: usize, ready_stage: &[usize], mut next: usize) -> Result<usize> {
         // Buckets fill in reverse registration order, so they finish in order:
         // start each one whose gradients all exist now, stop at the first that
         // still waits for an earlier stage.
         while next < ready_stage.len() && ready_stage[next] >= stage {
             next += 1;
         }
-        next
+        Ok(next)
     }
     // ANCHOR_END: ready
 }

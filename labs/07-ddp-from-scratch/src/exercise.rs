@@ -1,0 +1,82 @@
+//! Lab 7, the file you edit: the pieces of DDP that move gradients, in three
+//! steps. trainers' `Ddp` runs them: it builds the buckets, runs the backward
+//! stage by stage, hands your all-reduce to its communicator thread, and
+//! implements `no_sync`. Each step is checked on its own (`cargo lab check 7`),
+//! with trainers' own pieces standing in for the steps you have not reached.
+//!
+//! Useful: `trainers::comm::buffer_mut(&mut t)` views a contiguous CPU (or
+//! CUDA) tensor as a `BufferMut` a communicator reads and writes in place;
+//! `Input::InPlace`; `ReduceOp::Avg`; `t.f_narrow(0, offset, n)` (a view of n
+//! elements of a flat tensor), `t.f_reshape([-1])`, `t.f_view(shape)`,
+//! `t.f_copy_(&src)`, `t.numel()`, `t.size()`.
+
+// Until the TODOs are done the imports and arguments below are unused; delete
+// this line when you have finished, and the compiler will tell you what is left.
+#![allow(unused_imports, unused_variables, unused_mut)]
+
+use collectives::{Communicator, Input, ReduceOp};
+use tch::Tensor;
+use trainers::comm::buffer_mut;
+use trainers::ddp::GradSync;
+use trainers::{Error, Result};
+
+fn todo(what: &'static str) -> Error {
+    Error::Seam(Box::new(labkit::todo(7, what, file!())))
+}
+
+/// Your DDP.
+pub struct YourSync;
+
+impl GradSync for YourSync {
+    // ANCHOR: step1
+    /// Step 1a: every rank ends with `root`'s values of `tensors`, in place. DDP
+    /// calls it once when it wraps the model (so every replica starts from rank
+    /// 0's random initialisation) and before each forward for buffers.
+    fn broadcast(&self, comm: &dyn Communicator, tensors: &[Tensor], root: usize) -> Result<()> {
+        // TODO(lab 07): for each tensor, broadcast it from `root` in place:
+        // `let mut t = t.shallow_clone();` (a handle on the same memory), then
+        // `comm.broadcast(Input::InPlace, &mut buffer_mut(&mut t)?, root)?`.
+        Err(todo("step 1: broadcast"))
+    }
+
+    /// Step 1b: replace `flat` by its average over the ranks. DDP calls it on
+    /// its communicator thread, once per bucket (in step 1, a bucket is one
+    /// parameter's gradient: one call per parameter).
+    fn all_reduce_mean(&self, comm: &dyn Communicator, flat: &mut Tensor) -> Result<()> {
+        // TODO(lab 07): one all_reduce with ReduceOp::Avg, in place, on `flat`.
+        Err(todo("step 1: all_reduce_mean"))
+    }
+    // ANCHOR_END: step1
+
+    // ANCHOR: step2
+    /// Step 2a: copy `grads` back to back into `flat` (a 1-D tensor exactly as
+    /// long as all of them together), so one collective moves them all.
+    fn flatten(&self, grads: &[Tensor], flat: &mut Tensor) -> Result<()> {
+        // TODO(lab 07): walk an offset through `flat`: copy each gradient,
+        // flattened, into the next `g.numel()` elements.
+        Err(todo("step 2: flatten"))
+    }
+
+    /// Step 2b: copy the averaged `flat` back into `grads`, each its own shape.
+    fn unflatten(&self, flat: &Tensor, grads: &[Tensor]) -> Result<()> {
+        // TODO(lab 07): the same walk the other way: view the next `g.numel()`
+        // elements with `g`'s shape and copy them into `g`.
+        Err(todo("step 2: unflatten"))
+    }
+    // ANCHOR_END: step2
+
+    // ANCHOR: step3
+    /// Step 3: the overlap. Backward runs stage by stage, the last stage first;
+    /// after stage `stage` is done, DDP asks which buckets may start their
+    /// all-reduce now, while the earlier stages' backward goes on. Buckets
+    /// `next..` have not started; bucket b's gradients all exist once stage
+    /// `ready_stage[b]` is done (buckets fill from the last layer, so they
+    /// become ready in order). Return the new `next`: buckets `next..returned`
+    /// start now. What you hold back starts after the backward, not overlapped.
+    fn ready(&self, stage: usize, ready_stage: &[usize], next: usize) -> Result<usize> {
+        // TODO(lab 07): advance `next` past every bucket whose ready stage is
+        // `stage` or later; stop at the first one that still waits.
+        Err(todo("step 3: ready"))
+    }
+    // ANCHOR_END: step3
+}
