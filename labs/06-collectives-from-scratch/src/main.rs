@@ -12,8 +12,6 @@
 //! Run plainly it spawns its own ranks; under mpirun it adds MPI's all_reduce:
 //! `mpirun --allow-run-as-root -np 2 target/release/lab06-collectives-from-scratch`.
 
-use std::time::Instant;
-
 use anyhow::{Context, bail};
 use clap::Parser;
 use collectives::algorithms::Algo;
@@ -180,7 +178,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     }
 
     if let Some(mut run) = run {
-        let memcpy = memcpy_gbps(if args.quick { 8 << 20 } else { 64 << 20 });
+        let memcpy = labkit::limits::memcpy_gbps(if args.quick { 8 << 20 } else { 64 << 20 });
         let records = measure::read_results(&run.dir().join("results.json"))?.records;
         summarize(&mut run, &records, variant, world, memcpy)?;
         let dir = run.finish()?;
@@ -222,23 +220,6 @@ fn iterations(bytes: u64) -> usize {
         65_537..=1_048_576 => 50,
         _ => 10,
     }
-}
-
-/// Single-thread copy bandwidth of `bytes` (median of 5, GB/s): the limit of a
-/// shared-memory transport that copies each byte once.
-fn memcpy_gbps(bytes: usize) -> f64 {
-    let src = vec![1u8; bytes];
-    let mut dst = vec![0u8; bytes];
-    let mut rates: Vec<f64> = (0..5)
-        .map(|_| {
-            let t0 = Instant::now();
-            dst.copy_from_slice(std::hint::black_box(&src));
-            std::hint::black_box(&dst);
-            bytes as f64 / t0.elapsed().as_secs_f64() / 1e9
-        })
-        .collect();
-    rates.sort_by(f64::total_cmp);
-    rates[2]
 }
 
 /// (bytes, median µs) of `label`'s all_reduce records.

@@ -10,12 +10,13 @@
 
 #![deny(missing_docs)]
 
+pub mod limits;
 mod run;
 pub mod testing;
 
 use std::fmt;
 
-pub use run::Run;
+pub use run::{Run, results_root};
 
 /// The environment variable that selects the reference solution (`1`). Set by
 /// `cargo lab N --solution` and by the test suite's `labs` step.

@@ -56,9 +56,9 @@ impl Run {
     }
 }
 
-/// [`measure::results_root`] of the workspace when the binary runs where it was
-/// built, else of the current folder.
-fn results_root() -> PathBuf {
+/// Where lab runs go ([`measure::results_root`]): the workspace's when the
+/// binary runs where it was built, else the current folder's.
+pub fn results_root() -> PathBuf {
     let workspace = manifest::workspace_dir();
     if workspace.join("labs/info.toml").is_file() {
         measure::results_root(&workspace)
