@@ -52,8 +52,12 @@ pub fn start(nproc: usize, timeout: Duration) -> Result<Start> {
     }
 }
 
-/// Default options for this job: its token, and listening on all interfaces
-/// when the master is on another host (loopback otherwise).
+/// Default options for this job: its token, and, when the master is on
+/// another host, listening on this host's address on the route to it (the
+/// interface the kernel would send the master's packets from), loopback
+/// otherwise. Peers connect to the address a rank advertises, so it must be
+/// one they can reach: `0.0.0.0` cannot be advertised (the TCP transport
+/// refuses it, and multi-node jobs over the reference backend failed so).
 pub fn options(rdv: &Rendezvous) -> Result<Options> {
     let mut opts = Options::new(rdv.info.token.bytes())?;
     let loopback = rdv.info.master_addr == "localhost"
@@ -63,9 +67,37 @@ pub fn options(rdv: &Rendezvous) -> Result<Options> {
             .parse::<IpAddr>()
             .is_ok_and(|ip| ip.is_loopback());
     if !loopback {
-        opts.listen_ip = IpAddr::from([0, 0, 0, 0]);
+        opts.listen_ip = address_towards(&rdv.info.master_addr, rdv.info.master_port)?;
     }
     Ok(opts)
+}
+
+/// This host's address on the route to `host:port`: a UDP socket "connected"
+/// there (which sends nothing) reports the source address the kernel chose.
+pub fn address_towards(host: &str, port: u16) -> Result<IpAddr> {
+    use std::net::{ToSocketAddrs, UdpSocket};
+    let io = |what: &str, e| {
+        Error::io(
+            format!("finding this host's address towards {host}: {what}"),
+            e,
+        )
+    };
+    let target = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| io("resolving it", e))?
+        .next()
+        .ok_or_else(|| Error::InvalidArgument(format!("{host} resolves to no address")))?;
+    let any: IpAddr = if target.is_ipv4() {
+        IpAddr::from([0, 0, 0, 0])
+    } else {
+        IpAddr::from([0u16; 8])
+    };
+    let socket = UdpSocket::bind((any, 0)).map_err(|e| io("binding a socket", e))?;
+    socket.connect(target).map_err(|e| io("no route", e))?;
+    Ok(socket
+        .local_addr()
+        .map_err(|e| io("reading the socket", e))?
+        .ip())
 }
 
 /// Connects a communicator of `backend` among the job's ranks.
@@ -141,4 +173,29 @@ pub fn connect(
         transport: transport.name(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The source address towards this host's loopback is loopback; towards an
+    /// unresolvable name it is a clear error (the multi-node options used to
+    /// advertise 0.0.0.0, which no peer can connect to).
+    #[test]
+    fn address_towards_the_master_is_a_routable_source_address() {
+        assert_eq!(
+            address_towards("127.0.0.1", 29500).unwrap(),
+            IpAddr::from([127, 0, 0, 1])
+        );
+        assert!(
+            !address_towards("localhost", 29500)
+                .unwrap()
+                .is_unspecified()
+        );
+        let e = address_towards("no-such-host.invalid", 29500)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no-such-host.invalid"), "{e}");
+    }
 }

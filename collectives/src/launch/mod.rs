@@ -82,7 +82,49 @@ pub struct LaunchSpec {
     pub env: Vec<(OsString, OsString)>,
     /// Time between SIGTERM and SIGKILL when stopping ranks.
     pub grace: Duration,
+    /// The variables each rank learns its place from ([`torchrun_env`]; the
+    /// workshop's lab 8 plugs the learner's in here).
+    pub rank_env: RankEnv,
 }
+
+/// Computes one rank's launcher variables (the job token is added by the
+/// launcher itself), or why it cannot: the launch then stops with that reason
+/// before starting the rank.
+pub type RankEnv = fn(&RankSlot<'_>) -> std::result::Result<Vec<(String, String)>, String>;
+
+/// What a launcher knows when it starts one of its ranks.
+#[derive(Clone, Copy, Debug)]
+pub struct RankSlot<'a> {
+    /// The launch.
+    pub spec: &'a LaunchSpec,
+    /// This rank's index on its node, `0..nproc_per_node`.
+    pub local_rank: usize,
+    /// The port of rank 0's store, as every node agreed.
+    pub master_port: u16,
+}
+
+// ANCHOR: torchrun_env
+/// torchrun's variables: a node's ranks are numbered after the ranks of the
+/// nodes before it, so `RANK` = node_rank · nproc_per_node + local_rank of
+/// `WORLD_SIZE` = nnodes · nproc_per_node; `GROUP_RANK` is the node's index;
+/// every rank finds rank 0's store at `MASTER_ADDR:MASTER_PORT`.
+pub fn torchrun_env(slot: &RankSlot<'_>) -> std::result::Result<Vec<(String, String)>, String> {
+    let spec = slot.spec;
+    let rank = spec.node_rank * spec.nproc_per_node + slot.local_rank;
+    Ok(vec![
+        ("RANK".into(), rank.to_string()),
+        (
+            "WORLD_SIZE".into(),
+            (spec.nnodes * spec.nproc_per_node).to_string(),
+        ),
+        ("LOCAL_RANK".into(), slot.local_rank.to_string()),
+        ("LOCAL_WORLD_SIZE".into(), spec.nproc_per_node.to_string()),
+        ("GROUP_RANK".into(), spec.node_rank.to_string()),
+        ("MASTER_ADDR".into(), spec.master_addr.clone()),
+        ("MASTER_PORT".into(), slot.master_port.to_string()),
+    ])
+}
+// ANCHOR_END: torchrun_env
 
 impl LaunchSpec {
     /// `nproc_per_node` local ranks of `program args…` on one node, with
@@ -103,6 +145,7 @@ impl LaunchSpec {
             token: None,
             env: Vec::new(),
             grace: DEFAULT_GRACE,
+            rank_env: torchrun_env,
         }
     }
 }
@@ -532,8 +575,8 @@ fn check(spec: &LaunchSpec) -> Result<()> {
 /// earlier): `PR_SET_PDEATHSIG` fires when the spawning *thread* ends.
 pub fn spawn(spec: &LaunchSpec) -> Result<LaunchReport> {
     check(spec)?;
-    let world_size = spec
-        .nnodes
+    // torchrun_env multiplies them: refuse what would overflow there.
+    spec.nnodes
         .checked_mul(spec.nproc_per_node)
         .ok_or_else(|| Error::InvalidArgument("nnodes × nproc_per_node overflows".into()))?;
     let token = match (spec.token, spec.nnodes) {
@@ -558,15 +601,24 @@ pub fn spawn(spec: &LaunchSpec) -> Result<LaunchReport> {
     for local_rank in 0..spec.nproc_per_node {
         let rank = spec.node_rank * spec.nproc_per_node + local_rank;
         let mut cmd = Command::new(&spec.program);
+        let slot = RankSlot {
+            spec,
+            local_rank,
+            master_port,
+        };
+        let vars = match (spec.rank_env)(&slot) {
+            Ok(v) => v,
+            Err(why) => {
+                group.kill_all();
+                drop(guard);
+                return Err(Error::InvalidArgument(format!(
+                    "the variables of rank {rank}: {why}"
+                )));
+            }
+        };
         cmd.args(&spec.args)
             .env_remove("TORCHELASTIC_RUN_ID")
-            .env("RANK", rank.to_string())
-            .env("WORLD_SIZE", world_size.to_string())
-            .env("LOCAL_RANK", local_rank.to_string())
-            .env("LOCAL_WORLD_SIZE", spec.nproc_per_node.to_string())
-            .env("GROUP_RANK", spec.node_rank.to_string())
-            .env("MASTER_ADDR", &spec.master_addr)
-            .env("MASTER_PORT", master_port.to_string())
+            .envs(vars)
             .env(TOKEN_VAR, token.to_string())
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())

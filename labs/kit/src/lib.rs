@@ -10,6 +10,7 @@
 
 #![deny(missing_docs)]
 
+pub mod hosts;
 pub mod limits;
 mod run;
 pub mod testing;

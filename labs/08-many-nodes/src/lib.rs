@@ -1,0 +1,161 @@
+//! Lab 8: launching and many nodes, on one machine. The learner writes the
+//! variables a launcher gives each rank ([`exercise::rank_env`]); the lab's
+//! launches go through `collectives::launch` (the code of `ringside launch`)
+//! with them ([`rank_env`]). The solution is `launch::torchrun_env`.
+//!
+//! Records of the simulated hosts are labelled `<backend>-tcp@<N>nodes-<rate>`
+//! (e.g. `reference-tcp@2nodes-1gbit`, `reference-tcp@4nodes-unshaped`), and
+//! the same ranks on one host `<backend>-tcp@1host`; lab 9 reads the newest
+//! run's records by that convention. (The issue's form had a link latency too:
+//! this kernel has no `sch_netem`, so links are shaped in bandwidth only.)
+
+pub mod exercise;
+
+use std::time::Duration;
+
+use collectives::launch::{self, LaunchSpec, RankEnv, RankSlot};
+use collectives::rendezvous::store::Token;
+use labkit::{LabError, Variant};
+
+/// `variant`'s rank variables: the learner's, or torchrun's (the solution).
+pub fn rank_env(variant: Variant) -> RankEnv {
+    match variant {
+        Variant::Exercise => exercise::rank_env,
+        Variant::Solution => launch::torchrun_env,
+    }
+}
+
+/// The self-check, in two parts. First, for launches of 1 node × 3 ranks,
+/// 2 nodes × 2 and 4 nodes × 1, every node's ranks get distinct `RANK`s that
+/// together cover `0..WORLD_SIZE`, and the variables name the node and rank 0's
+/// store consistently. Then a real two-node job on this host: `program`
+/// (the lab's binary) started as two node launchers with `variant`'s
+/// variables, whose 4 ranks must rendezvous and all-reduce correctly.
+pub fn check(variant: Variant, program: &std::path::Path) -> Result<(), LabError> {
+    let env = rank_env(variant);
+    for (nnodes, nproc) in [(1, 3), (2, 2), (4, 1)] {
+        let mut seen = Vec::new();
+        for node in 0..nnodes {
+            let mut spec = LaunchSpec::new(program, Vec::<String>::new(), nproc);
+            (spec.nnodes, spec.node_rank) = (nnodes, node);
+            spec.master_addr = "10.77.0.1".into();
+            for local in 0..nproc {
+                let slot = RankSlot {
+                    spec: &spec,
+                    local_rank: local,
+                    master_port: 29511,
+                };
+                let vars = env(&slot).map_err(LabError::Wrong)?;
+                let get = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+                let want = [
+                    ("WORLD_SIZE", (nnodes * nproc).to_string()),
+                    ("LOCAL_RANK", local.to_string()),
+                    ("LOCAL_WORLD_SIZE", nproc.to_string()),
+                    ("GROUP_RANK", node.to_string()),
+                    ("MASTER_ADDR", "10.77.0.1".into()),
+                    ("MASTER_PORT", "29511".into()),
+                ];
+                for (k, v) in want {
+                    if get(k) != Some(v.as_str()) {
+                        return Err(LabError::Wrong(format!(
+                            "{nnodes} node(s) × {nproc}: node {node}, local rank {local}: \
+                             {k} = {:?}, expected {v:?}",
+                            get(k)
+                        )));
+                    }
+                }
+                let rank = get("RANK").and_then(|r| r.parse::<usize>().ok());
+                match rank {
+                    Some(r) if r < nnodes * nproc => seen.push(r),
+                    other => {
+                        return Err(LabError::Wrong(format!(
+                            "{nnodes} node(s) × {nproc}: node {node}, local rank {local}: \
+                             RANK = {other:?} is not a rank of the job"
+                        )));
+                    }
+                }
+            }
+        }
+        seen.sort_unstable();
+        if seen != (0..nnodes * nproc).collect::<Vec<_>>() {
+            return Err(LabError::Wrong(format!(
+                "{nnodes} node(s) × {nproc}: the RANKs given are {seen:?}: two ranks got \
+                 the same place, or a place is empty"
+            )));
+        }
+    }
+    two_node_job(variant, program)
+}
+
+/// Two node launchers of `program --role node` on this host (loopback as the
+/// network), 2 ranks each.
+fn two_node_job(variant: Variant, program: &std::path::Path) -> Result<(), LabError> {
+    let token = Token::generate()?;
+    let port = free_port()?;
+    // Both launchers at once: node 0's ranks wait for node 1's.
+    let spawn = |node: usize| {
+        let mut c = std::process::Command::new(program);
+        c.args([
+            "--role",
+            "node",
+            "--rank-role",
+            "show",
+            "--nnodes",
+            "2",
+            "--nproc-per-node",
+            "2",
+        ])
+        .args([
+            "--node-rank",
+            &node.to_string(),
+            "--master-addr",
+            "127.0.0.1",
+        ])
+        .args([
+            "--master-port",
+            &port.to_string(),
+            "--token",
+            &token.to_string(),
+        ])
+        .args(["--timeout", "20"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+        match variant {
+            Variant::Solution => c.env(labkit::SOLUTION_ENV, "1"),
+            Variant::Exercise => c.env_remove(labkit::SOLUTION_ENV),
+        };
+        c.spawn()
+    };
+    let a = spawn(0)
+        .map_err(|e| LabError::Wrong(format!("cannot start {}: {e}", program.display())))?;
+    let b = spawn(1)
+        .map_err(|e| LabError::Wrong(format!("cannot start {}: {e}", program.display())))?;
+    let (a, b) = (a.wait_with_output(), b.wait_with_output());
+    let mut text = String::new();
+    let mut ok = true;
+    for out in [a, b] {
+        let out = out.map_err(|e| LabError::Wrong(e.to_string()))?;
+        ok &= out.status.success();
+        text.push_str(&String::from_utf8_lossy(&out.stdout));
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+    }
+    if !ok || text.matches("all_reduce ok").count() != 4 {
+        return Err(LabError::Wrong(format!(
+            "the two-node job on this host did not run its 4 ranks to the end:\n{text}"
+        )));
+    }
+    Ok(())
+}
+
+/// A free TCP port on this host (bound and released: another program could
+/// take it in between, which a launcher would then report).
+pub fn free_port() -> Result<u16, LabError> {
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0))
+        .map_err(|e| LabError::Wrong(format!("no free port: {e}")))?;
+    Ok(l.local_addr()
+        .map_err(|e| LabError::Wrong(e.to_string()))?
+        .port())
+}
+
+/// How long a rank may wait for a lost peer in the failure drill.
+pub const DRILL_TIMEOUT: Duration = Duration::from_secs(10);

@@ -1,0 +1,290 @@
+//! Simulated hosts on one Linux machine: one network namespace per "node",
+//! each with its own `eth0` joined to the others through a bridge, so ranks
+//! talk over a real (virtual) Ethernet with its own addresses, as on a cluster;
+//! links can be shaped with `tc` (a token bucket per node's egress).
+//!
+//! Needs root (CAP_NET_ADMIN) and `ip`/`tc` (Debian's iproute2):
+//! [`Hosts::available`] says why not otherwise. Names carry this process's
+//! pid (`rsd<pid>n<k>`, `rsd<pid>br`), so concurrent runs never meet and a
+//! later run can remove what a crashed or interrupted one left
+//! ([`remove_stale`], called by [`Hosts::create`]). [`Hosts`] removes its
+//! own on drop.
+
+use std::net::Ipv4Addr;
+use std::process::{Command, Output};
+
+/// Why simulated hosts could not be made or shaped.
+#[derive(Debug, thiserror::Error)]
+pub enum HostsError {
+    /// Not root, or `ip` missing, or the kernel refuses namespaces.
+    #[error("no simulated hosts here: {0}")]
+    Unavailable(String),
+    /// A command failed.
+    #[error("`{command}` failed: {why}")]
+    Command {
+        /// The command line.
+        command: String,
+        /// Its stderr (or why it did not start).
+        why: String,
+    },
+}
+
+/// The subnet every simulated network uses (namespaces keep runs apart).
+pub const SUBNET: [u8; 3] = [10, 77, 0];
+
+/// A link shape: the bandwidth of every node's egress.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Link {
+    /// Megabits per second.
+    pub rate_mbit: u64,
+}
+
+impl Link {
+    /// `1gbit`, `10gbit`, `100mbit`: the form record labels use.
+    pub fn name(self) -> String {
+        if self.rate_mbit % 1000 == 0 {
+            format!("{}gbit", self.rate_mbit / 1000)
+        } else {
+            format!("{}mbit", self.rate_mbit)
+        }
+    }
+}
+
+// ANCHOR: shape
+/// The `tc` arguments that limit `dev`'s egress to `link`: a token bucket
+/// filter with a burst of at least one jumbo frame and about 1 ms of traffic,
+/// and a queue of at most 50 ms before packets drop (TCP then backs off, as on
+/// a real congested link).
+pub fn shape_args(dev: &str, link: Link) -> Vec<String> {
+    let bytes_per_ms = link.rate_mbit * 1000 / 8;
+    let burst = bytes_per_ms.max(64 * 1024);
+    ["qdisc", "replace", "dev", dev, "root", "tbf", "rate"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([
+            format!("{}mbit", link.rate_mbit),
+            "burst".into(),
+            burst.to_string(),
+            "latency".into(),
+            "50ms".into(),
+        ])
+        .collect()
+}
+// ANCHOR_END: shape
+
+/// `nodes` namespaces joined by a bridge, removed on drop.
+#[derive(Debug)]
+pub struct Hosts {
+    prefix: String,
+    nodes: usize,
+}
+
+impl Hosts {
+    /// Whether this machine can make simulated hosts; the reason when not.
+    pub fn available() -> Result<(), HostsError> {
+        if !is_root() {
+            return Err(HostsError::Unavailable(
+                "not root (network namespaces need CAP_NET_ADMIN)".into(),
+            ));
+        }
+        match Command::new("ip").arg("-V").output() {
+            Ok(o) if o.status.success() => Ok(()),
+            _ => Err(HostsError::Unavailable(
+                "no `ip` command (Debian's iproute2)".into(),
+            )),
+        }
+    }
+
+    /// Makes `nodes` hosts: namespace k has `eth0` at 10.77.0.(k+1)/24 and
+    /// loopback up; every `eth0` is one end of a veth pair whose other end is
+    /// on one bridge in the root namespace (which has no address, so nothing
+    /// outside the namespaces can reach them).
+    pub fn create(nodes: usize) -> Result<Hosts, HostsError> {
+        Hosts::available()?;
+        remove_stale();
+        let prefix = format!("rsd{}", std::process::id());
+        let hosts = Hosts {
+            prefix: prefix.clone(),
+            nodes: 0,
+        };
+        let bridge = format!("{prefix}br");
+        ip(&["link", "add", &bridge, "type", "bridge"])?;
+        ip(&["link", "set", &bridge, "up"])?;
+        let mut hosts = hosts;
+        for k in 0..nodes {
+            let ns = hosts.namespace(k);
+            ip(&["netns", "add", &ns])?;
+            hosts.nodes = k + 1;
+            let outer = format!("{prefix}v{k}");
+            ip(&[
+                "link", "add", &outer, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+            ])?;
+            ip(&["link", "set", &outer, "master", &bridge])?;
+            ip(&["link", "set", &outer, "up"])?;
+            let addr = format!("{}/24", hosts.addr(k));
+            ip(&["-n", &ns, "addr", "add", &addr, "dev", "eth0"])?;
+            ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
+            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(hosts)
+    }
+
+    /// Number of hosts.
+    pub fn len(&self) -> usize {
+        self.nodes
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.nodes == 0
+    }
+
+    /// Host k's namespace name.
+    pub fn namespace(&self, k: usize) -> String {
+        format!("{}n{k}", self.prefix)
+    }
+
+    /// Host k's address.
+    pub fn addr(&self, k: usize) -> Ipv4Addr {
+        Ipv4Addr::new(SUBNET[0], SUBNET[1], SUBNET[2], k as u8 + 1)
+    }
+
+    /// Shapes every host's egress with `args(dev, link)` (the lab's
+    /// exercise or [`shape_args`]), or removes the shaping for `None`.
+    pub fn shape(
+        &self,
+        link: Option<Link>,
+        args: fn(&str, Link) -> Vec<String>,
+    ) -> Result<(), HostsError> {
+        for k in 0..self.nodes {
+            let ns = self.namespace(k);
+            let mut cmd = vec!["netns".to_owned(), "exec".into(), ns, "tc".into()];
+            match link {
+                Some(l) => cmd.extend(args("eth0", l)),
+                None => cmd.extend(
+                    ["qdisc", "replace", "dev", "eth0", "root", "pfifo_fast"].map(String::from),
+                ),
+            }
+            let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+            ip(&refs)?;
+        }
+        Ok(())
+    }
+
+    /// `program args…` to run inside host k (`ip netns exec`).
+    pub fn command(&self, k: usize, program: &std::ffi::OsStr) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec"])
+            .arg(self.namespace(k))
+            .arg(program);
+        c
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        remove(&self.prefix);
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn ip(args: &[&str]) -> Result<Output, HostsError> {
+    let command = format!("ip {}", args.join(" "));
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| HostsError::Command {
+            command: command.clone(),
+            why: e.to_string(),
+        })?;
+    if !out.status.success() {
+        return Err(HostsError::Command {
+            command,
+            why: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        });
+    }
+    Ok(out)
+}
+
+/// Removes the namespaces, veths and bridge named with `prefix` (best effort:
+/// what is already gone is fine). Deleting a namespace deletes its `eth0` and
+/// with it the veth's other end.
+fn remove(prefix: &str) {
+    if let Ok(out) = Command::new("ip").args(["netns", "list"]).output() {
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let name = line.split_whitespace().next().unwrap_or_default();
+            if name.starts_with(prefix) && name[prefix.len()..].starts_with('n') {
+                let _ = Command::new("ip").args(["netns", "del", name]).output();
+            }
+        }
+    }
+    let _ = Command::new("ip")
+        .args(["link", "del", &format!("{prefix}br")])
+        .output();
+}
+
+/// Removes what runs that are no longer alive left behind (Ctrl-C, SIGKILL, a
+/// crash): every `rsd<pid>…` namespace and bridge whose pid has no process.
+pub fn remove_stale() {
+    let mut dead = std::collections::BTreeSet::new();
+    let mut scan = |text: &str| {
+        for word in text.split(|c: char| c.is_whitespace() || c == ':' || c == '@') {
+            if let Some(rest) = word.strip_prefix("rsd") {
+                let pid: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                if !pid.is_empty() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                    dead.insert(pid);
+                }
+            }
+        }
+    };
+    for args in [&["netns", "list"][..], &["-o", "link", "show"][..]] {
+        if let Ok(out) = Command::new("ip").args(args).output() {
+            scan(&String::from_utf8_lossy(&out.stdout));
+        }
+    }
+    for pid in dead {
+        remove(&format!("rsd{pid}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shape_args_make_a_token_bucket_at_the_rate() {
+        let a = shape_args("eth0", Link { rate_mbit: 1000 });
+        assert_eq!(
+            a[..7],
+            ["qdisc", "replace", "dev", "eth0", "root", "tbf", "rate"]
+        );
+        assert_eq!(a[7], "1000mbit");
+        // 1 Gbit/s = 125,000 bytes per ms.
+        assert_eq!(a[9], "125000");
+        assert_eq!(Link { rate_mbit: 10_000 }.name(), "10gbit");
+        assert_eq!(Link { rate_mbit: 100 }.name(), "100mbit");
+    }
+
+    /// As root, two hosts come and go; elsewhere this says why it skipped.
+    #[test]
+    fn two_hosts_are_made_and_removed() {
+        if let Err(e) = Hosts::available() {
+            println!("skipped: {e}");
+            return;
+        }
+        let hosts = Hosts::create(2).unwrap();
+        hosts
+            .shape(Some(Link { rate_mbit: 1000 }), shape_args)
+            .unwrap();
+        let ns = hosts.namespace(1);
+        let list =
+            |_: ()| String::from_utf8_lossy(&ip(&["netns", "list"]).unwrap().stdout).into_owned();
+        assert!(list(()).contains(&ns));
+        drop(hosts);
+        assert!(!list(()).contains(&ns));
+    }
+}
