@@ -26,6 +26,7 @@ pub const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ("openmpi-bin", "mpirun"),
     ("libgloo-dev", "the Gloo backend"),
     ("dataset-fashion-mnist", "training data for the trainers"),
+    ("iproute2", "ip and tc: lab 8's simulated hosts"),
     (
         "python3-venv",
         "the per-user torch install is a Python venv",
