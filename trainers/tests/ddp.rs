@@ -47,26 +47,12 @@ fn load(vs: &nn::VarStore, params: &[(String, Tensor)]) {
     });
 }
 
-/// Copies of `vs`'s variables, sorted by name (the map order is per process).
 fn snapshot(vs: &nn::VarStore) -> Vec<(String, Tensor)> {
-    let mut v: Vec<_> = vs
-        .variables()
-        .into_iter()
-        .map(|(n, t)| (n, t.detach().copy()))
-        .collect();
-    v.sort_by(|a, b| a.0.cmp(&b.0));
-    v
+    ddp::check::snapshot(vs)
 }
 
 fn max_diff(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|((na, ta), (nb, tb))| {
-            assert_eq!(na, nb);
-            (ta - tb).abs().max().double_value(&[])
-        })
-        .fold(0.0, f64::max)
+    ddp::check::max_diff(a, b).unwrap()
 }
 
 /// [`with_ranks`] with `body(rank, comm, data)`: each rank gets its own handle

@@ -56,10 +56,7 @@ fn main() -> std::process::ExitCode {
 fn run(args: Args) -> anyhow::Result<()> {
     let variant = Variant::from_env();
     let timeout = args.connect.timeout()?;
-    let rdv = match job::start_rank(args.spawn.nproc, timeout)? {
-        Ok(rdv) => rdv,
-        Err(code) => std::process::exit(code),
-    };
+    let rdv = labkit::rank(args.spawn.nproc, timeout)?;
     let (rank, world) = (rdv.info.rank, rdv.info.world_size);
     let mut opts = job::options(&rdv)?;
     opts.transport = args.connect.transport;

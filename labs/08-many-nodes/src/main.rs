@@ -347,10 +347,7 @@ fn show(args: &Args) -> anyhow::Result<()> {
         .filter_map(|k| std::env::var(k).ok().map(|v| format!("{k}={v}")))
         .collect();
     let timeout = args.connect.timeout()?;
-    let rdv = match job::start_rank(2, timeout)? {
-        Ok(r) => r,
-        Err(code) => std::process::exit(code),
-    };
+    let rdv = labkit::rank(2, timeout)?;
     let i = &rdv.info;
     let comm = job::connect(
         &rdv,
@@ -508,10 +505,7 @@ fn collect(lines: Vec<String>, label: &str) -> anyhow::Result<(Vec<Record>, f64)
 /// A bench rank: all_reduce (auto, ring, tree) over TCP, then DDP steps.
 fn bench_rank(args: &Args) -> anyhow::Result<()> {
     let timeout = args.connect.timeout()?;
-    let rdv = match job::start_rank(1, timeout)? {
-        Ok(r) => r,
-        Err(code) => std::process::exit(code),
-    };
+    let rdv = labkit::rank(1, timeout)?;
     let (rank, world) = (rdv.info.rank, rdv.info.world_size);
     let mut opts = job::options(&rdv)?;
     opts.transport = TransportKind::Tcp;
@@ -674,10 +668,7 @@ fn drill_launch(args: &Args) -> anyhow::Result<()> {
 /// A drill rank: DDP over shared memory; rank 1 dies at step 3.
 fn drill_rank(args: &Args) -> anyhow::Result<()> {
     let timeout = args.connect.timeout()?;
-    let rdv = match job::start_rank(3, timeout)? {
-        Ok(r) => r,
-        Err(code) => std::process::exit(code),
-    };
+    let rdv = labkit::rank(3, timeout)?;
     let (rank, world) = (rdv.info.rank, rdv.info.world_size);
     let comm = job::connect(
         &rdv,

@@ -70,10 +70,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     let timeout = args.connect.timeout()?;
-    let rdv = match job::start_rank(args.spawn.nproc, timeout)? {
-        Ok(rdv) => rdv,
-        Err(code) => std::process::exit(code),
-    };
+    let rdv = labkit::rank(args.spawn.nproc, timeout)?;
     let (rank, world) = (rdv.info.rank, rdv.info.world_size);
     let say = |s: String| {
         if rank == 0 {

@@ -107,6 +107,19 @@ impl LabError {
     }
 }
 
+/// Starts or joins the job as `collectives::job::start_rank` does; in the
+/// process that launched the ranks (a lab run plainly), exits with the job's
+/// code once they are done, so what follows runs only as a rank.
+pub fn rank(
+    nproc: usize,
+    timeout: std::time::Duration,
+) -> Result<Box<collectives::rendezvous::env::Rendezvous>, collectives::job::JoinError> {
+    match collectives::job::start_rank(nproc, timeout)? {
+        Ok(rdv) => Ok(rdv),
+        Err(code) => std::process::exit(code),
+    }
+}
+
 /// The error an unsolved piece returns: `todo(1, "all_reduce_by_hand", file!())`.
 /// Every rank returns it at once, so an unsolved lab fails fast and never hangs.
 pub fn todo(lab: u32, what: &'static str, file: &'static str) -> LabError {

@@ -203,7 +203,7 @@ fn load(vs: &nn::VarStore, params: &[(String, Tensor)]) -> Result<()> {
 }
 
 /// Copies of `vs`'s variables, sorted by name (the map order is per process).
-fn snapshot(vs: &nn::VarStore) -> Vec<(String, Tensor)> {
+pub fn snapshot(vs: &nn::VarStore) -> Vec<(String, Tensor)> {
     let mut v: Vec<_> = vs
         .variables()
         .into_iter()
@@ -213,7 +213,8 @@ fn snapshot(vs: &nn::VarStore) -> Vec<(String, Tensor)> {
     v
 }
 
-fn max_diff(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> Result<f64> {
+/// The largest |a − b| over two [`snapshot`]s of the same model.
+pub fn max_diff(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> Result<f64> {
     let mut max = 0f64;
     for ((na, ta), (nb, tb)) in a.iter().zip(b) {
         if na != nb {
