@@ -81,6 +81,9 @@ pub struct Hosts {
 
 impl Hosts {
     /// Whether this machine can make simulated hosts; the reason when not.
+    /// Being root is not enough (a container may withhold CAP_NET_ADMIN, a
+    /// kernel may lack the token bucket filter): it makes a namespace and
+    /// shapes its loopback, then removes it.
     pub fn available() -> Result<(), HostsError> {
         if !is_root() {
             return Err(HostsError::Unavailable(
@@ -88,11 +91,24 @@ impl Hosts {
             ));
         }
         match Command::new("ip").arg("-V").output() {
-            Ok(o) if o.status.success() => Ok(()),
-            _ => Err(HostsError::Unavailable(
-                "no `ip` command (Debian's iproute2)".into(),
-            )),
+            Ok(o) if o.status.success() => {}
+            _ => {
+                return Err(HostsError::Unavailable(
+                    "no `ip` command (Debian's iproute2)".into(),
+                ));
+            }
         }
+        let probe = format!("rsd{}probe", std::process::id());
+        let tried = ip(&["netns", "add", &probe]).and_then(|_| {
+            let shape = shape_args("lo", Link { rate_mbit: 1000 });
+            let mut args = vec!["netns", "exec", &probe, "tc"];
+            args.extend(shape.iter().map(String::as_str));
+            ip(&args)
+        });
+        let _ = Command::new("ip").args(["netns", "del", &probe]).output();
+        tried.map(drop).map_err(|e| {
+            HostsError::Unavailable(format!("this host cannot make or shape one: {e}"))
+        })
     }
 
     /// Makes `nodes` hosts: namespace k has `eth0` at 10.77.0.(k+1)/24 and
@@ -217,7 +233,8 @@ fn remove(prefix: &str) {
     if let Ok(out) = Command::new("ip").args(["netns", "list"]).output() {
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             let name = line.split_whitespace().next().unwrap_or_default();
-            if name.starts_with(prefix) && name[prefix.len()..].starts_with('n') {
+            let rest = &name[prefix.len().min(name.len())..];
+            if name.starts_with(prefix) && (rest.starts_with('n') || rest == "probe") {
                 let _ = Command::new("ip").args(["netns", "del", name]).output();
             }
         }
