@@ -521,21 +521,7 @@ fn bench_rank(args: &Args) -> anyhow::Result<()> {
     ] {
         comm.set_algo(algo);
         for &bytes in &sizes {
-            let case = Case {
-                collective: Collective::AllReduce,
-                dtype: DType::F32,
-                op: ReduceOp::Sum,
-                root: 0,
-                in_place: true,
-                bytes: bytes as usize,
-            };
-            let s = Settings {
-                warmup: 1,
-                iters: if bytes <= 1 << 20 { 10 } else { 3 },
-                check: false,
-                combine: Combine::Max,
-            };
-            if let Some(m) = bench::run(&comm, &case, &s)? {
+            if let Some(m) = bench::run(&comm, &all_reduce(bytes), &settings(bytes))? {
                 if rank == 0 {
                     let name = format!("reference-tcp{suffix}@{}", args.link);
                     let rec = m.to_record(
@@ -549,12 +535,54 @@ fn bench_rank(args: &Args) -> anyhow::Result<()> {
         }
     }
     comm.set_algo(Algo::Auto);
+    // Gloo over the same network, for lab 9's "across hosts" row: it listens
+    // on the address towards the master too (job::options), as PyTorch's Gloo
+    // would with GLOO_SOCKET_IFNAME=eth0.
+    let gloo = job::connect(
+        &rdv,
+        collectives::Backend::Gloo,
+        TransportKind::Tcp,
+        Algo::Auto,
+        timeout,
+        "lab08-gloo/",
+    )?;
+    for &bytes in &sizes {
+        if let Some(m) = bench::run(gloo.as_ref(), &all_reduce(bytes), &settings(bytes))? {
+            if rank == 0 {
+                let rec = m.to_record(&format!("gloo@{}", args.link), "gloo", "auto");
+                println!("@record {}", serde_json::to_string(&rec)?);
+            }
+        }
+    }
+    drop(gloo);
     let step = ddp_steps(Box::new(comm), rank, world, 6, None)?;
     if rank == 0 {
         println!("@ddp-step-ms {step}");
     }
     rdv.close(timeout)?;
     Ok(())
+}
+
+/// An in-place f32 sum all_reduce of `bytes`.
+fn all_reduce(bytes: u64) -> Case {
+    Case {
+        collective: Collective::AllReduce,
+        dtype: DType::F32,
+        op: ReduceOp::Sum,
+        root: 0,
+        in_place: true,
+        bytes: bytes as usize,
+    }
+}
+
+/// Fewer iterations for the large sizes: a 16 MiB all_reduce takes 0.2 s at 1 Gbit/s.
+fn settings(bytes: u64) -> Settings {
+    Settings {
+        warmup: 1,
+        iters: if bytes <= 1 << 20 { 10 } else { 3 },
+        check: false,
+        combine: Combine::Max,
+    }
 }
 
 /// Trains `steps` DDP steps of the CNN (batch 64 per rank) and returns the
