@@ -5,7 +5,7 @@
 //!
 //! Records of the simulated hosts are labelled `<backend>-tcp@<N>nodes-<rate>`
 //! (e.g. `reference-tcp@2nodes-1gbit`, `reference-tcp@4nodes-unshaped`), and
-//! the same ranks on one host `<backend>-tcp@1host`; lab 9 reads the newest
+//! the same N ranks on one host `<backend>-tcp@1host-<N>ranks`; lab 9 reads the newest
 //! run's records by that convention. (The form had a link latency too:
 //! this kernel has no `sch_netem`, so links are shaped in bandwidth only.)
 

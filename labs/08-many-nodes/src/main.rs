@@ -146,7 +146,8 @@ fn lab(args: &Args) -> anyhow::Result<()> {
     let max_s = max.to_string();
     for &n in nodes {
         // The same ranks on one host first: the baseline.
-        let (recs, step) = collect(node_job(n, 1, "1host", &max_s, None)?, "1host")?;
+        let host = format!("1host-{n}ranks");
+        let (recs, step) = collect(node_job(n, 1, &host, &max_s, None)?, &host)?;
         println!("  {n} ranks on one host:           DDP step {step:.1} ms");
         ddp.push((format!("{n} ranks, one host"), step));
         records.extend(recs);

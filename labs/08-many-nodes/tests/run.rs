@@ -23,7 +23,7 @@ fn quick_run_with_the_solution_launches_measures_and_drills() {
         .iter()
         .map(|r| r.label.as_str())
         .collect();
-    assert!(labels.contains("reference-tcp@1host"), "{labels:?}");
+    assert!(labels.contains("reference-tcp@1host-2ranks"), "{labels:?}");
     match Hosts::available() {
         Ok(()) => {
             assert!(
