@@ -61,8 +61,10 @@ use crate::timeline::{TID_COMM, TID_COMPUTE, Timeline};
 use crate::{Error, Result};
 
 pub mod check;
+mod compress;
 mod sync;
 
+pub use compress::Compressed;
 pub use sync::{GradSync, Standard};
 
 /// Where to cut the model for staged backward.
