@@ -87,6 +87,14 @@ fn accumulation_prints_the_effective_batch_and_the_lr_rule() {
     );
 }
 
+/// `--grad-compress bf16` trains through the compressed all-reduce and says so.
+#[test]
+fn gradients_can_travel_compressed() {
+    let (v, _) = summary(&train(&["--steps", "3", "--grad-compress", "bf16"]));
+    assert_eq!(v["grad_compress"].as_str(), Some("bf16"), "{v}");
+    assert!(v["test_loss"].as_f64().is_some_and(f64::is_finite), "{v}");
+}
+
 /// A resumed run with no step left reports the restored model's accuracy, and
 /// `--evaluate` evaluates a checkpoint without training or touching it.
 #[test]

@@ -78,6 +78,10 @@ struct Args {
     /// Size limit of the first bucket (the last layers') in MiB.
     #[arg(long, value_name = "MB")]
     first_bucket_mb: Option<f64>,
+    /// All-reduce gradients as 16-bit floats (half the bytes; PyTorch's
+    /// fp16_compress_hook / bf16_compress_hook): none, fp16 or bf16.
+    #[arg(long, default_value = "none", value_parser = ["none", "fp16", "bf16"])]
+    grad_compress: String,
     /// Where to cut the model for staged backward: auto (where buckets complete),
     /// every-layer, or whole (no overlap).
     #[arg(long, default_value = "auto", value_parser = ["auto", "every-layer", "whole"])]
@@ -203,7 +207,12 @@ fn run(
         timeout: timeout + Duration::from_secs(10),
         ..DdpOptions::default()
     };
-    let mut ddp = Ddp::new(model, &vs, comm, ddp_opts)?;
+    let sync: std::sync::Arc<dyn trainers::ddp::GradSync> = match args.grad_compress.as_str() {
+        "fp16" => std::sync::Arc::new(trainers::ddp::Compressed::fp16()),
+        "bf16" => std::sync::Arc::new(trainers::ddp::Compressed::bf16()),
+        _ => std::sync::Arc::new(trainers::ddp::Standard),
+    };
+    let mut ddp = Ddp::with_sync(model, &vs, comm, ddp_opts, sync)?;
     let lr = args.lr.unwrap_or(0.01 * world as f64);
     let mut opt = Sgd::new(&vs, SgdConfig::new(lr).momentum(args.momentum))?;
     let ckpt = args.checkpoint.as_ref().map(|d| d.join("last.safetensors"));
@@ -515,6 +524,7 @@ fn print_summary(args: &Args, s: &Summary<'_>) -> anyhow::Result<()> {
         "world_size": s.world,
         "batch_per_rank": args.batch,
         "accumulate": args.accumulate,
+        "grad_compress": args.grad_compress,
         "effective_batch": args.batch * args.accumulate * s.world,
         "steps": s.steps,
         "timed_steps": s.timed_steps,
