@@ -77,6 +77,21 @@ pub struct Case {
     pub bytes: usize,
 }
 
+impl Case {
+    /// An in-place f32 sum of `bytes`, rooted at 0 where the collective has a
+    /// root: what the peers and the labs time.
+    pub fn f32_sum(collective: Collective, bytes: usize) -> Case {
+        Case {
+            collective,
+            dtype: DType::F32,
+            op: ReduceOp::Sum,
+            root: 0,
+            in_place: true,
+            bytes,
+        }
+    }
+}
+
 /// How to time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Settings {
@@ -272,14 +287,7 @@ pub fn all_reduce_f32(
     warmup: usize,
     iters: usize,
 ) -> Result<Measurement> {
-    let case = Case {
-        collective: Collective::AllReduce,
-        dtype: DType::F32,
-        op: ReduceOp::Sum,
-        root: 0,
-        in_place: true,
-        bytes,
-    };
+    let case = Case::f32_sum(Collective::AllReduce, bytes);
     let settings = Settings {
         warmup,
         iters,

@@ -15,8 +15,7 @@ fn quick_run_with_the_solution_writes_results_and_charts() {
         run.stdout
     );
     let records = &run.results.records;
-    let labels: std::collections::BTreeSet<&str> =
-        records.iter().map(|r| r.label.as_str()).collect();
+    let labels = run.labels();
     assert_eq!(labels.len(), 2, "{labels:?}");
     assert!(records.iter().all(|r| r.world == 3 && r.median_us > 0.0));
     run.assert_charts(&["latency-all_reduce"]);

@@ -19,7 +19,7 @@ use collectives::algorithms::plug;
 use collectives::backends;
 use collectives::bench::{self, Case, Combine, Measurement, Settings};
 use collectives::job::{self, ConnectArgs, SpawnArgs};
-use collectives::{Backend, Collective, Communicator, DType, ReduceOp, conformance};
+use collectives::{Backend, Collective, conformance};
 use lab06_collectives_from_scratch::{algorithms, ring_label};
 use labkit::{Run, Variant};
 use measure::{Figure, FigureSeries, Record};
@@ -104,13 +104,13 @@ fn run(args: Args) -> anyhow::Result<()> {
 
     // Your ring, then the backend's own three, size by size.
     for &bytes in &sizes {
-        let case = case(Collective::AllReduce, bytes);
+        let case = Case::f32_sum(Collective::AllReduce, bytes as usize);
         comm.plug(Some(mine.clone()));
         push(
             ring_label(variant),
             "reference",
             "plugged",
-            time(&comm, &case, settings(bytes))?,
+            bench::run(&comm, &case, &settings(bytes))?,
         )?;
         comm.plug(None);
         for (label, algo) in OWN {
@@ -119,23 +119,23 @@ fn run(args: Args) -> anyhow::Result<()> {
                 label,
                 "reference",
                 algo.name(),
-                time(&comm, &case, settings(bytes))?,
+                bench::run(&comm, &case, &settings(bytes))?,
             )?;
         }
-        let case = self::case(Collective::Broadcast, bytes);
+        let case = Case::f32_sum(Collective::Broadcast, bytes as usize);
         comm.plug(Some(mine.clone()));
         push(
             "your tree broadcast",
             "reference",
             "plugged",
-            time(&comm, &case, settings(bytes))?,
+            bench::run(&comm, &case, &settings(bytes))?,
         )?;
         comm.plug(None);
         push(
             "reference tree broadcast",
             "reference",
             "tree",
-            time(&comm, &case, settings(bytes))?,
+            bench::run(&comm, &case, &settings(bytes))?,
         )?;
     }
     comm.set_algo(Algo::Auto);
@@ -168,15 +168,15 @@ fn run(args: Args) -> anyhow::Result<()> {
             }
         };
         for &bytes in &sizes {
-            let case = case(Collective::AllReduce, bytes);
-            let m = time(other.as_ref(), &case, settings(bytes))?;
+            let case = Case::f32_sum(Collective::AllReduce, bytes as usize);
+            let m = bench::run(other.as_ref(), &case, &settings(bytes))?;
             push(&backend.to_string(), &backend.to_string(), "auto", m)?;
         }
     }
 
     if let Some(mut run) = run {
         let memcpy = labkit::limits::memcpy_gbps(if args.quick { 8 << 20 } else { 64 << 20 });
-        let records = measure::read_results(&run.dir().join("results.json"))?.records;
+        let records = run.records().to_vec();
         summarize(&mut run, &records, variant, world, memcpy)?;
         let dir = run.finish()?;
         println!(
@@ -188,26 +188,6 @@ fn run(args: Args) -> anyhow::Result<()> {
     }
     rdv.close(timeout)?;
     Ok(())
-}
-
-/// An in-place f32 sum of `bytes` (root 0 for broadcast).
-fn case(collective: Collective, bytes: u64) -> Case {
-    Case {
-        collective,
-        dtype: DType::F32,
-        op: ReduceOp::Sum,
-        root: 0,
-        in_place: true,
-        bytes: bytes as usize,
-    }
-}
-
-fn time(
-    comm: &dyn Communicator,
-    case: &Case,
-    s: Settings,
-) -> collectives::Result<Option<Measurement>> {
-    bench::run(comm, case, &s)
 }
 
 /// Fewer iterations for larger messages, so a default run stays near a minute.

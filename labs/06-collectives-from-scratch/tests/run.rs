@@ -14,12 +14,7 @@ fn quick_run_with_the_solution_times_every_algorithm_and_draws() {
         "{}",
         run.stdout
     );
-    let labels: std::collections::BTreeSet<&str> = run
-        .results
-        .records
-        .iter()
-        .map(|r| r.label.as_str())
-        .collect();
+    let labels = run.labels();
     for want in [
         "your ring (the solution)",
         "reference ring",

@@ -27,7 +27,7 @@ use collectives::job::{self, ConnectArgs};
 use collectives::launch::{self, LaunchSpec};
 use collectives::rendezvous::store::{TOKEN_VAR, Token};
 use collectives::transport::TransportKind;
-use collectives::{BufferMut, Collective, Communicator, DType, Input, ReduceOp};
+use collectives::{BufferMut, Collective, Communicator, Input, ReduceOp};
 use lab08_many_nodes::{DRILL_TIMEOUT, free_port, rank_env};
 use labkit::hosts::{Hosts, Link, shape_args};
 use labkit::{Run, Variant};
@@ -522,7 +522,11 @@ fn bench_rank(args: &Args) -> anyhow::Result<()> {
     ] {
         comm.set_algo(algo);
         for &bytes in &sizes {
-            if let Some(m) = bench::run(&comm, &all_reduce(bytes), &settings(bytes))? {
+            if let Some(m) = bench::run(
+                &comm,
+                &Case::f32_sum(Collective::AllReduce, bytes as usize),
+                &settings(bytes),
+            )? {
                 if rank == 0 {
                     let name = format!("reference-tcp{suffix}@{}", args.link);
                     let rec = m.to_record(
@@ -548,7 +552,11 @@ fn bench_rank(args: &Args) -> anyhow::Result<()> {
         "lab08-gloo/",
     )?;
     for &bytes in &sizes {
-        if let Some(m) = bench::run(gloo.as_ref(), &all_reduce(bytes), &settings(bytes))? {
+        if let Some(m) = bench::run(
+            gloo.as_ref(),
+            &Case::f32_sum(Collective::AllReduce, bytes as usize),
+            &settings(bytes),
+        )? {
             if rank == 0 {
                 let rec = m.to_record(&format!("gloo@{}", args.link), "gloo", "auto");
                 println!("@record {}", serde_json::to_string(&rec)?);
@@ -562,18 +570,6 @@ fn bench_rank(args: &Args) -> anyhow::Result<()> {
     }
     rdv.close(timeout)?;
     Ok(())
-}
-
-/// An in-place f32 sum all_reduce of `bytes`.
-fn all_reduce(bytes: u64) -> Case {
-    Case {
-        collective: Collective::AllReduce,
-        dtype: DType::F32,
-        op: ReduceOp::Sum,
-        root: 0,
-        in_place: true,
-        bytes: bytes as usize,
-    }
 }
 
 /// Fewer iterations for the large sizes: a 16 MiB all_reduce takes 0.2 s at 1 Gbit/s.

@@ -17,12 +17,7 @@ fn quick_run_with_the_solution_launches_measures_and_drills() {
         assert!(out.contains(launcher), "{out}");
     }
     assert_eq!(out.matches("all_reduce ok").count(), 4, "{out}");
-    let labels: std::collections::BTreeSet<&str> = run
-        .results
-        .records
-        .iter()
-        .map(|r| r.label.as_str())
-        .collect();
+    let labels = run.labels();
     assert!(labels.contains("reference-tcp@1host-2ranks"), "{labels:?}");
     match Hosts::available() {
         Ok(()) => {

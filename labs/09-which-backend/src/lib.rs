@@ -324,16 +324,21 @@ pub fn decide(
     ]
 }
 
-/// The records of the newest run under `results/labNN/`, if any.
-pub fn latest_records(lab_dir: &Path) -> Option<Vec<Record>> {
+/// The runs under a lab's results folder (`results/labNN/<UTC time>/`),
+/// newest first; none when the folder is missing.
+fn runs_newest_first(lab_dir: &Path) -> Vec<std::path::PathBuf> {
     let mut runs: Vec<_> = std::fs::read_dir(lab_dir)
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .collect();
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
     runs.sort();
-    runs.iter()
-        .rev()
+    runs.reverse();
+    runs
+}
+
+/// The records of the newest readable run under `results/labNN/`, if any.
+pub fn latest_records(lab_dir: &Path) -> Option<Vec<Record>> {
+    runs_newest_first(lab_dir)
+        .iter()
         .find_map(|d| measure::read_results(&d.join("results.json")).ok())
         .map(|f| f.records)
 }
@@ -380,14 +385,8 @@ pub fn table(decisions: &[Decision], guesses: &[Guess]) -> (String, Value) {
 pub fn check(variant: Variant) -> Result<String, LabError> {
     let mine = guesses(variant)?;
     validate(&mine)?;
-    let latest = labkit::results_root().join("lab09");
-    let mut runs: Vec<_> = std::fs::read_dir(&latest)
-        .map(|d| d.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
-    runs.sort();
-    let table = runs
+    let table = runs_newest_first(&labkit::results_root().join("lab09"))
         .iter()
-        .rev()
         .find_map(|d| std::fs::read_to_string(d.join("table.json")).ok())
         .and_then(|s| serde_json::from_str::<Value>(&s).ok());
     let Some(table) = table else {

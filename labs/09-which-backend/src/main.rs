@@ -20,7 +20,7 @@ use collectives::bench::{self, Case, Combine, Settings};
 use collectives::job::{self, ConnectArgs, SpawnArgs};
 use collectives::rendezvous::env::RankInfo;
 use collectives::transport::TransportKind;
-use collectives::{Backend, Collective, Communicator, DType, ReduceOp};
+use collectives::{Backend, Collective, Communicator, ReduceOp};
 use lab09_which_backend::{Pick, decide, guesses, latest_records, table, validate};
 use labkit::{Run, Variant};
 use measure::{Figure, FigureSeries};
@@ -126,12 +126,8 @@ fn run(args: Args) -> anyhow::Result<()> {
         for collective in Collective::ALL {
             for &bytes in &sizes {
                 let case = Case {
-                    collective,
-                    dtype: DType::F32,
-                    op: ReduceOp::Sum,
-                    root: 0,
                     in_place: false,
-                    bytes: bytes as usize,
+                    ..Case::f32_sum(collective, bytes as usize)
                 };
                 let s = Settings {
                     warmup: 2,
@@ -172,7 +168,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     });
 
     if let Some(mut run) = run {
-        let records = measure::read_results(&run.dir().join("results.json"))?.records;
+        let records = run.records().to_vec();
         let hosts = latest_records(&labkit::results_root().join("lab08"));
         let decisions = decide(&records, &ddp_rates, gpu, hosts.as_deref());
         let (md, json) = table(&decisions, &mine);

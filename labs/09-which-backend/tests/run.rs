@@ -10,12 +10,7 @@ const LAB: &str = env!("CARGO_BIN_EXE_lab09-which-backend");
 #[test]
 fn quick_run_with_the_solution_writes_the_decision_table() {
     let run = quick_run(LAB, 9, &[]);
-    let labels: std::collections::BTreeSet<&str> = run
-        .results
-        .records
-        .iter()
-        .map(|r| r.label.as_str())
-        .collect();
+    let labels = run.labels();
     assert_eq!(
         labels.into_iter().collect::<Vec<_>>(),
         ["gloo", "reference-shm", "reference-tcp"]

@@ -119,14 +119,15 @@ impl Hosts {
         Hosts::available()?;
         remove_stale();
         let prefix = format!("rsd{}", std::process::id());
-        let hosts = Hosts {
+        // Made before the first command, so that its drop removes whatever
+        // a failing command leaves half made.
+        let mut hosts = Hosts {
             prefix: prefix.clone(),
             nodes: 0,
         };
         let bridge = format!("{prefix}br");
         ip(&["link", "add", &bridge, "type", "bridge"])?;
         ip(&["link", "set", &bridge, "up"])?;
-        let mut hosts = hosts;
         for k in 0..nodes {
             let ns = hosts.namespace(k);
             ip(&["netns", "add", &ns])?;

@@ -41,6 +41,11 @@ impl Run {
         Ok(self.writer.push(record)?)
     }
 
+    /// The records pushed so far.
+    pub fn records(&self) -> &[Record] {
+        &self.writer.records
+    }
+
     /// Adds (or replaces, by name) one of the lab's own figures and rewrites the
     /// results file: a loss curve, a step's phases, a bubble against its theory.
     pub fn figure(&mut self, figure: measure::Figure) -> Result<(), LabError> {

@@ -25,6 +25,15 @@ pub struct QuickRun {
 }
 
 impl QuickRun {
+    /// The distinct labels of the run's records (the series of its charts).
+    pub fn labels(&self) -> std::collections::BTreeSet<&str> {
+        self.results
+            .records
+            .iter()
+            .map(|r| r.label.as_str())
+            .collect()
+    }
+
     /// Panics unless the results file holds exactly these figures, in this order,
     /// each drawn as SVG and PNG.
     pub fn assert_figures(&self, names: &[&str]) {
