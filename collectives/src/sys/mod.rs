@@ -39,9 +39,19 @@ pub(crate) fn poll_ms(d: Duration) -> libc::c_int {
 /// connection to arrive). `false` on a timeout, a signal or a poll error:
 /// callers retry their non-blocking call either way, which reports real errors.
 pub(crate) fn wait_readable(fd: RawFd, timeout: Duration) -> bool {
+    wait_for(fd, libc::POLLIN, timeout)
+}
+
+/// Waits up to `timeout` for `fd` to take more bytes; `false` as for
+/// [`wait_readable`].
+pub(crate) fn wait_writable(fd: RawFd, timeout: Duration) -> bool {
+    wait_for(fd, libc::POLLOUT, timeout)
+}
+
+fn wait_for(fd: RawFd, events: libc::c_short, timeout: Duration) -> bool {
     let mut p = libc::pollfd {
         fd,
-        events: libc::POLLIN,
+        events,
         revents: 0,
     };
     // SAFETY: one live, initialised pollfd, and a count of exactly one.

@@ -15,11 +15,18 @@ use crate::deadline::Deadline;
 use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::sys::socket::{recv_flags, recv1, send2};
-use crate::sys::wait_readable;
+use crate::sys::{wait_readable, wait_writable};
 use crate::transport::{FLAG_ABORT, Frame, HEADER_LEN, Tag};
 
 /// The longest abort reason we send or accept.
 const MAX_ABORT_REASON: usize = 16 * 1024;
+
+/// How long announcing an abort may wait, over all peers, for sockets to take
+/// the rest of a half-sent frame and the abort frame. A live peer is usually
+/// reading (it is blocked on us), so megabytes drain in milliseconds; without
+/// the wait a full socket buffer dropped the announcement and the peer saw a
+/// bare "connection closed" naming us instead of the rank that really failed.
+const ANNOUNCE_GRACE: Duration = Duration::from_secs(1);
 
 /// Sends every peer an abort frame carrying `reason` (cut to
 /// [`MAX_ABORT_REASON`] bytes), without blocking, and shuts every socket.
@@ -43,12 +50,13 @@ pub(super) fn announce<'r, 'p>(
         flags: FLAG_ABORT,
     };
     let header = frame.encode();
+    let deadline = Deadline::after(ANNOUNCE_GRACE);
     for peer in peers {
         let fd = peer.stream.as_raw_fd();
         // A frame we left half-sent must be finished first, or the peer
         // would read our abort header as payload bytes.
-        if pad_partial(fd, &mut peer.out_partial) {
-            send_nowait(fd, &header, reason.as_bytes());
+        if pad_partial(fd, &mut peer.out_partial, &deadline) {
+            send_until(fd, &header, reason.as_bytes(), &deadline);
         }
         // Errors only mean the connection is already gone.
         let _ = peer.stream.shutdown(Shutdown::Both);
@@ -199,23 +207,26 @@ pub(super) fn read_abort(
     Error::PeerAborted { rank: peer, reason }
 }
 
-/// Finishes a half-sent frame with zeros, without blocking. Returns whether
-/// the stream is now at a frame boundary.
-fn pad_partial(fd: RawFd, left: &mut u64) -> bool {
+/// Finishes a half-sent frame with zeros, waiting for the socket until
+/// `deadline`. Returns whether the stream is now at a frame boundary.
+fn pad_partial(fd: RawFd, left: &mut u64, deadline: &Deadline) -> bool {
     const ZEROS: [u8; 4096] = [0; 4096];
     while *left > 0 {
         let k = (*left).min(ZEROS.len() as u64) as usize;
         match send2(fd, &ZEROS[..k], &[]) {
             Ok(n) => *left -= n as u64,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && !deadline.expired() => {
+                wait_writable(fd, deadline.remaining());
+            }
             Err(_) => return false,
         }
     }
     true
 }
 
-/// Sends `a` then `b` as far as the socket takes them without blocking.
-fn send_nowait(fd: RawFd, a: &[u8], b: &[u8]) {
+/// Sends `a` then `b`, waiting for the socket until `deadline`.
+fn send_until(fd: RawFd, a: &[u8], b: &[u8], deadline: &Deadline) {
     let total = a.len() + b.len();
     let mut sent = 0;
     while sent < total {
@@ -227,6 +238,9 @@ fn send_nowait(fd: RawFd, a: &[u8], b: &[u8]) {
         match r {
             Ok(n) => sent += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && !deadline.expired() => {
+                wait_writable(fd, deadline.remaining());
+            }
             Err(_) => return,
         }
     }

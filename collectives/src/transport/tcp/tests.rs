@@ -380,25 +380,42 @@ fn abort_reaches_a_blocked_sender() {
 
 #[test]
 fn abort_after_a_half_sent_frame_still_arrives() {
-    // Rank 0 left a frame half-sent (as a failed exchange does); its abort
-    // must finish that frame so rank 1 reads the abort, not garbage.
+    abort_after_half_sent_frame(1000);
+}
+
+/// Regression: a 3-rank tcp job with rank 1 SIGKILLed mid-8 MiB all_reduce
+/// had rank 0 report "lost rank 2" (CI, peer_sigkilled_mid_all_reduce_over_tcp):
+/// rank 2's half-sent frame to rank 0 did not fit the socket buffer, so the
+/// abort padding gave up and rank 0 never learned that rank 1 was the cause.
+#[test]
+fn abort_after_a_half_sent_frame_larger_than_the_socket_buffer_still_arrives() {
+    abort_after_half_sent_frame(32 << 20);
+}
+
+/// Rank 0 leaves a `len`-byte frame half-sent (as a failed exchange does);
+/// its abort must finish that frame so rank 1 reads the abort, not garbage.
+fn abort_after_half_sent_frame(len: usize) {
     let mut ts = mesh(2);
     let mut t1 = ts.pop().unwrap();
     let mut t0 = ts.pop().unwrap();
-    let t = tag(0, DType::U8, 1000);
+    let t = tag(0, DType::U8, len as u64);
     let header = Frame {
         tag: t,
-        len: 1000,
+        len: len as u64,
         flags: 0,
     }
     .encode();
     let fd = t0.peer_fd(1, "send to").unwrap();
     assert_eq!(send2(fd, &header, &[9u8; 10]).unwrap(), HEADER_LEN + 10);
-    t0.peers[1].as_mut().unwrap().out_partial = 990;
+    t0.peers[1].as_mut().unwrap().out_partial = (len - 10) as u64;
     t0.broken = Some("a test left a frame half-sent".into());
-    t0.abort("send timed out");
+    // The abort runs while rank 1 reads, as in a real job.
+    let aborter = std::thread::spawn(move || {
+        t0.abort("send timed out");
+        t0
+    });
 
-    let mut got = vec![0u8; 1000];
+    let mut got = vec![0u8; len];
     t1.exchange(&t, None, Some((0, Sink::Copy(&mut got))))
         .unwrap();
     assert_eq!(&got[..10], &[9u8; 10]);
@@ -415,6 +432,7 @@ fn abort_after_a_half_sent_frame_still_arrives() {
         matches!(&e, Error::PeerAborted { rank: 0, reason } if reason == "send timed out"),
         "{e}"
     );
+    drop(aborter.join().unwrap());
 }
 
 #[test]
