@@ -8,6 +8,8 @@
 //!   plus an exact mode for evaluation;
 //! * [`models`]: MLP, CNN and ResNet as named layers that split into stages at any
 //!   layer, with the same parameter names whole or split;
+//! * [`lr`]: learning-rate scaling with the batch (linear, square root) and warm-up;
+//! * [`traffic`]: a communicator wrapper that counts calls and bytes per collective;
 //! * [`optim`], [`train`], [`metrics`], [`checkpoint`]: SGD with PyTorch's update rule,
 //!   loss/accuracy/evaluation summed exactly over ranks, JSONL metrics, atomic
 //!   verified safetensors checkpoints that resume bit for bit (same machine, same
@@ -27,12 +29,14 @@ pub mod data_parallel;
 pub mod ddp;
 mod error;
 pub mod hogwild;
+pub mod lr;
 pub mod metrics;
 pub mod models;
 pub mod optim;
 pub mod pipeline;
 pub mod sampler;
 pub mod timeline;
+pub mod traffic;
 pub mod train;
 
 pub use error::{Error, Result};

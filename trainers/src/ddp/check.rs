@@ -4,17 +4,17 @@
 //! Ranks are threads, each with its own reference-backend communicator over
 //! shared memory, its own VarStore and its own optimizer.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use collectives::Communicator;
 use collectives::transport::TransportKind;
-use collectives::{Backend, Buffer, BufferMut, Communicator, Input, ReduceOp};
 use tch::nn::{self, ModuleT, OptimizerConfig};
 use tch::{Device, Tensor};
 
 use super::{Ddp, DdpOptions, GradSync};
 use crate::data::Dataset;
+use crate::traffic::{Counted, Metered, Traffic};
 use crate::{Error, Result, models};
 
 /// Learning rate of the checks' SGD (momentum 0.9): large enough that 10
@@ -113,18 +113,15 @@ pub fn all_reduces_per_step(
 ) -> Result<(Vec<usize>, usize)> {
     tch::set_num_threads(1);
     let got = with_data_ranks(world, data, opts.timeout, |rank, comm, data| {
-        let calls = Arc::new(AtomicUsize::new(0));
-        let comm = Box::new(Counting {
-            inner: comm,
-            all_reduces: calls.clone(),
-        });
+        let traffic = Traffic::new();
+        let comm = Box::new(Metered::new(comm, traffic.clone()));
         let vs = nn::VarStore::new(Device::Cpu);
         let model = models::cnn().build(&vs.root());
         let mut ddp = Ddp::with_sync(model, &vs, comm, opts.clone(), sync.clone())?;
         let mut opt = sgd(&vs)?;
         let mut per_step = Vec::with_capacity(steps);
         for s in 0..steps {
-            let before = calls.load(Ordering::SeqCst);
+            let before = traffic.calls(Counted::AllReduce);
             opt.zero_grad();
             for m in 0..k {
                 let from = ((s * world + rank) * k + m) * b;
@@ -137,7 +134,7 @@ pub fn all_reduces_per_step(
                 }
             }
             opt.step();
-            per_step.push(calls.load(Ordering::SeqCst) - before);
+            per_step.push((traffic.calls(Counted::AllReduce) - before) as usize);
         }
         Ok((per_step, ddp.bucket_bytes().len()))
     })?;
@@ -258,85 +255,69 @@ pub fn with_data_ranks<T: Send>(
     )?)
 }
 
-/// A communicator that counts its all_reduce calls and passes everything on.
-struct Counting {
-    inner: Box<dyn Communicator>,
-    all_reduces: Arc<AtomicUsize>,
+/// What [`compression`] measured, the worst over the ranks.
+#[derive(Debug, Clone, Copy)]
+pub struct Compression {
+    /// Largest |Δ| between the compressed mean and the f32 mean.
+    pub max_diff: f64,
+    /// Largest |gradient| any rank started from.
+    pub max_grad: f64,
+    /// Payload bytes of the compressed all-reduce calls (one rank).
+    pub wire_bytes: u64,
+    /// Payload bytes the same gradients take as f32.
+    pub f32_bytes: u64,
 }
 
-impl Communicator for Counting {
-    fn backend(&self) -> Backend {
-        self.inner.backend()
+/// Each of `world` thread ranks averages the same `len` random gradients of
+/// magnitude about `scale` (rank r's own seed) twice: with [`Standard`](super::Standard)
+/// (f32, `ReduceOp::Avg`) and with `sync`, whose all-reduce calls are metered.
+/// An error from `sync` on any rank is the result.
+pub fn compression(
+    world: usize,
+    sync: Arc<dyn GradSync>,
+    len: i64,
+    scale: f64,
+) -> Result<Compression> {
+    let out = collectives::thread_ranks::with_ranks(
+        world,
+        TransportKind::Shm,
+        Duration::from_secs(30),
+        |rank, comm| -> Result<Compression> {
+            let traffic = Traffic::new();
+            let comm = Metered::new(Box::new(comm), traffic.clone());
+            tch::manual_seed(rank as i64 + 1);
+            let g = Tensor::f_randn([len], tch::kind::FLOAT_CPU)? * scale;
+            let mut exact = g.copy();
+            super::Standard.all_reduce_mean(&comm, &mut exact)?;
+            let f32_bytes = traffic.bytes(Counted::AllReduce);
+            let mut small = g.copy();
+            sync.all_reduce_mean(&comm, &mut small)?;
+            let diff = small.f_sub(&exact)?.f_abs()?.f_max()?;
+            Ok(Compression {
+                max_diff: diff.f_double_value(&[])?,
+                max_grad: g.f_abs()?.f_max()?.f_double_value(&[])?,
+                wire_bytes: traffic.bytes(Counted::AllReduce) - f32_bytes,
+                f32_bytes,
+            })
+        },
+    )?;
+    let mut worst: Option<Compression> = None;
+    for r in out {
+        let c = r?;
+        worst = Some(match worst {
+            None => c,
+            Some(w) => Compression {
+                // NaN (an unchecked overflow) must not hide behind max().
+                max_diff: if c.max_diff.is_nan() || c.max_diff > w.max_diff {
+                    c.max_diff
+                } else {
+                    w.max_diff
+                },
+                max_grad: w.max_grad.max(c.max_grad),
+                wire_bytes: w.wire_bytes.max(c.wire_bytes),
+                f32_bytes: w.f32_bytes.max(c.f32_bytes),
+            },
+        });
     }
-    fn rank(&self) -> usize {
-        self.inner.rank()
-    }
-    fn world_size(&self) -> usize {
-        self.inner.world_size()
-    }
-    fn all_reduce(
-        &self,
-        input: Input<'_>,
-        output: &mut BufferMut<'_>,
-        op: ReduceOp,
-    ) -> collectives::Result<()> {
-        self.all_reduces.fetch_add(1, Ordering::SeqCst);
-        self.inner.all_reduce(input, output, op)
-    }
-    fn broadcast(
-        &self,
-        input: Input<'_>,
-        output: &mut BufferMut<'_>,
-        root: usize,
-    ) -> collectives::Result<()> {
-        self.inner.broadcast(input, output, root)
-    }
-    fn reduce(
-        &self,
-        input: Input<'_>,
-        output: &mut BufferMut<'_>,
-        op: ReduceOp,
-        root: usize,
-    ) -> collectives::Result<()> {
-        self.inner.reduce(input, output, op, root)
-    }
-    fn all_gather(&self, input: Input<'_>, output: &mut BufferMut<'_>) -> collectives::Result<()> {
-        self.inner.all_gather(input, output)
-    }
-    fn reduce_scatter(
-        &self,
-        input: Input<'_>,
-        output: &mut BufferMut<'_>,
-        op: ReduceOp,
-    ) -> collectives::Result<()> {
-        self.inner.reduce_scatter(input, output, op)
-    }
-    fn all_to_all(&self, input: Input<'_>, output: &mut BufferMut<'_>) -> collectives::Result<()> {
-        self.inner.all_to_all(input, output)
-    }
-    fn gather(
-        &self,
-        input: Input<'_>,
-        output: &mut BufferMut<'_>,
-        root: usize,
-    ) -> collectives::Result<()> {
-        self.inner.gather(input, output, root)
-    }
-    fn scatter(
-        &self,
-        input: Input<'_>,
-        output: &mut BufferMut<'_>,
-        root: usize,
-    ) -> collectives::Result<()> {
-        self.inner.scatter(input, output, root)
-    }
-    fn barrier(&self) -> collectives::Result<()> {
-        self.inner.barrier()
-    }
-    fn send(&self, buf: &Buffer<'_>, peer: usize) -> collectives::Result<()> {
-        self.inner.send(buf, peer)
-    }
-    fn recv(&self, buf: &mut BufferMut<'_>, peer: usize) -> collectives::Result<()> {
-        self.inner.recv(buf, peer)
-    }
+    worst.ok_or_else(|| Error::InvalidArgument("no ranks".into()))
 }

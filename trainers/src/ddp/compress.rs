@@ -89,43 +89,10 @@ impl GradSync for Compressed {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    use collectives::transport::TransportKind;
+    use std::sync::Arc;
 
     use super::*;
-
-    /// Each rank's gradients: a smooth spread of magnitudes around `scale`.
-    fn grads(rank: usize, len: i64, scale: f64) -> Tensor {
-        tch::manual_seed(rank as i64 + 1);
-        Tensor::randn([len], tch::kind::FLOAT_CPU) * scale
-    }
-
-    /// The compressed mean against the f32 mean of the same gradients, on
-    /// `world` thread ranks: (max |Δ|, max |gradient|).
-    fn compare(world: usize, c: Compressed, scale: f64) -> Result<(f64, f64)> {
-        let out = collectives::thread_ranks::with_ranks(
-            world,
-            TransportKind::Shm,
-            Duration::from_secs(30),
-            |rank, comm| -> Result<(f64, f64)> {
-                let g = grads(rank, 10_000, scale);
-                let mut exact = g.copy();
-                Standard.all_reduce_mean(&comm, &mut exact)?;
-                let mut small = g.copy();
-                c.all_reduce_mean(&comm, &mut small)?;
-                let diff = small.f_sub(&exact)?.f_abs()?.f_max()?.f_double_value(&[])?;
-                let max = g.f_abs()?.f_max()?.f_double_value(&[])?;
-                Ok((diff, max))
-            },
-        )?;
-        let mut worst = (0f64, 0f64);
-        for r in out {
-            let (d, m) = r?;
-            worst = (worst.0.max(d), worst.1.max(m));
-        }
-        Ok(worst)
-    }
+    use crate::ddp::check::compression;
 
     /// The stated error: n values cast once (u each) and added in n − 1 steps
     /// (u per step on a partial sum of at most n·max/n = max), then cast back
@@ -135,13 +102,18 @@ mod tests {
     fn fp16_and_bf16_means_are_within_the_stated_rounding_of_the_f32_mean() {
         for c in [Compressed::fp16(), Compressed::bf16()] {
             for world in [2, 3] {
-                let (diff, max) = compare(world, c, 1.0).unwrap();
-                let bound = (2.0 * world as f64 + 1.0) * c.unit_roundoff() * max;
+                let m = compression(world, Arc::new(c), 10_000, 1.0).unwrap();
+                let bound = (2.0 * world as f64 + 1.0) * c.unit_roundoff() * m.max_grad;
                 assert!(
-                    diff <= bound,
-                    "{c:?} world {world}: |Δ| {diff:e} > {bound:e}"
+                    m.max_diff <= bound,
+                    "{c:?} world {world}: |Δ| {:e} > {bound:e}",
+                    m.max_diff
                 );
-                assert!(diff > 0.0, "{c:?}: no rounding at all means no compression");
+                assert!(
+                    m.max_diff > 0.0,
+                    "{c:?}: no rounding at all means no compression"
+                );
+                assert_eq!(m.wire_bytes * 2, m.f32_bytes, "{c:?}: half the bytes");
             }
         }
     }
@@ -150,11 +122,22 @@ mod tests {
     /// mean does not, and the pre-division is what keeps them finite.
     #[test]
     fn fp16_does_not_overflow_where_the_mean_fits() {
-        let (diff, max) = compare(2, Compressed::fp16(), 15_000.0).unwrap();
-        assert!(max > 40_000.0, "{max}");
+        let m = compression(2, Arc::new(Compressed::fp16()), 10_000, 15_000.0).unwrap();
+        assert!(m.max_grad > 40_000.0, "{}", m.max_grad);
         assert!(
-            diff.is_finite() && diff <= 5.0 * 2f64.powi(-11) * max,
-            "{diff}"
+            m.max_diff.is_finite() && m.max_diff <= 5.0 * 2f64.powi(-11) * m.max_grad,
+            "{}",
+            m.max_diff
         );
+    }
+
+    /// A mean beyond f16's range is an error naming the way out, not infinities
+    /// written into the gradients.
+    #[test]
+    fn an_fp16_overflow_is_an_error_naming_the_fix() {
+        let e = compression(2, Arc::new(Compressed::fp16()), 10_000, 40_000.0).unwrap_err();
+        assert!(e.to_string().contains("overflowed"), "{e}");
+        let m = compression(2, Arc::new(Compressed::bf16()), 10_000, 40_000.0).unwrap();
+        assert!(m.max_diff.is_finite());
     }
 }
