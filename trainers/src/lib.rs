@@ -18,7 +18,9 @@
 //!   `Communicator`, buckets all_reduced while backward runs, Chrome-trace timelines;
 //! * [`data_parallel`], [`pipeline`], [`hogwild`]: DataParallel over devices or CPU
 //!   replicas, GPipe micro-batched pipelines, lock-free shared-memory training in
-//!   several processes.
+//!   several processes;
+//! * [`tensor_parallel`]: a Megatron-style MLP block split by columns then rows over
+//!   the ranks of a group, one all-reduce each way, checked against the unsplit model.
 #![deny(missing_docs)]
 
 pub mod bucket;
@@ -35,6 +37,7 @@ pub mod models;
 pub mod optim;
 pub mod pipeline;
 pub mod sampler;
+pub mod tensor_parallel;
 pub mod timeline;
 pub mod traffic;
 pub mod train;
