@@ -235,6 +235,9 @@ pub struct Footprint {
     pub sharded_activations: i64,
     /// Payload bytes this rank all-reduced per step.
     pub bytes_per_step: u64,
+    /// Bytes this rank sends per step if every all-reduce runs the ring
+    /// algorithm: 2(n−1)/n of the payload.
+    pub ring_bytes_sent_per_step: f64,
     /// All-reduce calls per step.
     pub all_reduces_per_step: u64,
     /// The median step time (forward, backward, communication, update).
@@ -280,7 +283,7 @@ pub fn footprint(
         let mut opt = sgd(&vs)?;
         let mut times = Vec::new();
         let mut activations = Default::default();
-        let (mut bytes, mut calls) = (0, 0);
+        let (mut bytes, mut calls, mut sent) = (0, 0, 0.0);
         for s in 0..steps {
             let (x, y) = match split {
                 Split::Data => {
@@ -293,6 +296,7 @@ pub fn footprint(
                 traffic.bytes(Counted::AllReduce),
                 traffic.calls(Counted::AllReduce),
             );
+            let s0 = traffic.ring_bytes_sent(world);
             let t = Instant::now();
             opt.zero_grad();
             let fwd = model.forward(&comm, &x)?;
@@ -308,6 +312,7 @@ pub fn footprint(
             }
             bytes = traffic.bytes(Counted::AllReduce) - b0;
             calls = traffic.calls(Counted::AllReduce) - c0;
+            sent = traffic.ring_bytes_sent(world) - s0;
         }
         times.sort();
         Ok(Footprint {
@@ -315,6 +320,7 @@ pub fn footprint(
             activations: activations.total(),
             sharded_activations: activations.sharded,
             bytes_per_step: bytes,
+            ring_bytes_sent_per_step: sent,
             all_reduces_per_step: calls,
             step: times.get(times.len() / 2).copied().unwrap_or_default(),
         })

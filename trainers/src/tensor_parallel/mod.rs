@@ -330,6 +330,7 @@ impl TpModel {
     /// Backward from `loss` (computed from `fwd.logits`): gradients in every
     /// variable; one all-reduce (of the block input's gradient) when the group
     /// has more than one rank.
+    // ANCHOR: model_backward
     pub fn backward(&self, comm: &dyn Communicator, fwd: Forward, loss: &Tensor) -> Result<()> {
         loss.f_backward()?;
         let mut grad = fwd.block_input.f_grad()?;
@@ -350,6 +351,7 @@ impl TpModel {
         }
         backward_with_grad(&fwd.embedded, &grad)
     }
+    // ANCHOR_END: model_backward
 
     /// Copies of this rank's variables, sorted by name.
     pub fn snapshot(&self) -> Result<Vec<(String, Tensor)>> {

@@ -89,15 +89,19 @@ pub fn load(root: &Path) -> Result<Vec<Lab>> {
 
 fn parse(text: &str) -> Result<Vec<Lab>> {
     let labs = toml::from_str::<File>(text)?.lab;
-    for (i, lab) in labs.iter().enumerate() {
-        if lab.number as usize != i + 1 {
+    // The course's order. A number may be missing while a lab is being
+    // written (the course is built lab by lab, not always in order), but
+    // never repeated or out of order.
+    let mut last = 0;
+    for lab in &labs {
+        if lab.number <= last {
             bail!(
-                "lab {:?} is number {} but stands at place {} (labs are listed 1, 2, 3, ...)",
+                "lab {:?} is number {} but follows lab {last} (labs are listed in increasing order)",
                 lab.name,
-                lab.number,
-                i + 1
+                lab.number
             );
         }
+        last = lab.number;
         if lab.name.is_empty()
             || !lab
                 .name
@@ -120,9 +124,10 @@ fn parse(text: &str) -> Result<Vec<Lab>> {
 /// The lab with this number, or an error listing the ones there are.
 pub fn find(labs: &[Lab], number: u32) -> Result<&Lab> {
     labs.iter().find(|l| l.number == number).with_context(|| {
+        let there: Vec<String> = labs.iter().map(|l| l.number.to_string()).collect();
         format!(
-            "there is no lab {number}; the labs are 1 to {} (`cargo lab list`)",
-            labs.len()
+            "there is no lab {number}; the labs are {} (`cargo lab list`)",
+            there.join(", ")
         )
     })
 }
@@ -154,9 +159,13 @@ hints = ["Who adds?"]
     }
 
     #[test]
-    fn out_of_order_numbers_and_statements_as_hints_are_refused() {
-        let e = parse(&ONE.replace("number = 1", "number = 2")).unwrap_err();
-        assert!(e.to_string().contains("place 1"), "{e}");
+    fn repeated_or_out_of_order_numbers_and_statements_as_hints_are_refused() {
+        let two = format!("{ONE}{}", ONE.replace("first-allreduce", "second"));
+        let e = parse(&two).unwrap_err();
+        assert!(e.to_string().contains("follows lab 1"), "{e}");
+        // A gap is allowed (a lab being written); the order is not.
+        assert!(parse(&two.replacen("number = 1", "number = 3", 1)).is_err());
+        assert!(parse(&format!("{ONE}{}", ONE.replace("number = 1", "number = 4"))).is_ok());
         let e = parse(&ONE.replace("Who adds?", "Rank 0 adds.")).unwrap_err();
         assert!(e.to_string().contains("questions"), "{e}");
         assert!(parse(&ONE.replace("minutes", "minutos")).is_err());
