@@ -19,6 +19,8 @@
 //! * [`data_parallel`], [`pipeline`], [`hogwild`]: DataParallel over devices or CPU
 //!   replicas, GPipe micro-batched pipelines, lock-free shared-memory training in
 //!   several processes;
+//! * [`zero`]: sharded data parallelism, ZeRO stages 1–3 (FSDP), checked against plain
+//!   data parallelism;
 //! * [`tensor_parallel`]: a Megatron-style MLP block split by columns then rows over
 //!   the ranks of a group, one all-reduce each way, checked against the unsplit model.
 #![deny(missing_docs)]
@@ -41,6 +43,7 @@ pub mod tensor_parallel;
 pub mod timeline;
 pub mod traffic;
 pub mod train;
+pub mod zero;
 
 pub use error::{Error, Result};
 
