@@ -102,9 +102,15 @@ pub fn sgd_update(
         )));
     }
     tch::no_grad(|| -> Result<()> {
+        // In place where PyTorch is too: a model-sized temporary per step
+        // would show in every stage's memory.
         let b = match buf.take() {
             None => grad.f_detach()?.copy(),
-            Some(b) => b.f_mul_scalar(sgd.momentum)?.f_add(grad)?,
+            Some(mut b) => {
+                let _ = b.f_mul_scalar_(sgd.momentum)?;
+                let _ = b.f_add_(grad)?;
+                b
+            }
         };
         let _ = param.f_sub_(&b.f_mul_scalar(sgd.lr)?)?;
         *buf = Some(b);
