@@ -21,7 +21,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use collectives::{Backend, Buffer, BufferMut, Communicator, DType, Location};
+use collectives::{Backend, Buffer, BufferMut, Communicator, DType, Input, Location, ReduceOp};
 use tch::{Device, Kind, Tensor};
 
 use crate::{Error, Result};
@@ -143,6 +143,26 @@ pub fn buffer_mut(t: &mut Tensor) -> Result<BufferMut<'_>> {
             BufferMut::from_device_ptr(t.data_ptr() as u64, numel, dtype, device)
         },
     })
+}
+
+/// Averages `grads` (f32 tensors, e.g. every parameter's gradient) over the
+/// ranks in place with one all-reduce of their concatenation: data
+/// parallelism's gradient step in its plainest form (DDP with one bucket).
+pub fn all_reduce_mean_flat(comm: &dyn Communicator, grads: &[Tensor]) -> Result<()> {
+    let parts = grads
+        .iter()
+        .map(|g| g.f_reshape([-1]))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let mut flat = Tensor::f_cat(&parts, 0)?.f_to_kind(Kind::Float)?;
+    comm.all_reduce(Input::InPlace, &mut buffer_mut(&mut flat)?, ReduceOp::Avg)?;
+    let mut offset = 0;
+    for g in grads {
+        let n = g.numel() as i64;
+        g.shallow_clone()
+            .f_copy_(&flat.f_narrow(0, offset, n)?.f_view(g.size().as_slice())?)?;
+        offset += n;
+    }
+    Ok(())
 }
 
 /// Work for the communicator thread.

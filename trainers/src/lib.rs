@@ -19,6 +19,8 @@
 //! * [`data_parallel`], [`pipeline`], [`hogwild`]: DataParallel over devices or CPU
 //!   replicas, GPipe micro-batched pipelines, lock-free shared-memory training in
 //!   several processes;
+//! * [`sync_bn`]: local BatchNorm and SyncBatchNorm (statistics all-reduced forward and
+//!   backward) under data parallelism, checked against BatchNorm on all the rows;
 //! * [`zero`]: sharded data parallelism, ZeRO stages 1–3 (FSDP), checked against plain
 //!   data parallelism;
 //! * [`tensor_parallel`]: a Megatron-style MLP block split by columns then rows over
@@ -39,6 +41,7 @@ pub mod models;
 pub mod optim;
 pub mod pipeline;
 pub mod sampler;
+pub mod sync_bn;
 pub mod tensor_parallel;
 pub mod timeline;
 pub mod traffic;

@@ -8,12 +8,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use collectives::{Communicator, Input, ReduceOp};
 use tch::nn::{self, OptimizerConfig};
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
 use super::{AllReduceRow, RowForward, TpConfig, TpModel, shard};
-use crate::comm::buffer_mut;
 use crate::data::Dataset;
 use crate::ddp::check::with_data_ranks;
 use crate::traffic::{Counted, Metered, Traffic};
@@ -304,7 +302,7 @@ pub fn footprint(
             let loss = loss(&fwd.logits, &y)?;
             model.backward(&comm, fwd, &loss)?;
             if split == Split::Data {
-                all_reduce_mean(&comm, &model.grads()?)?;
+                crate::comm::all_reduce_mean_flat(&comm, &model.grads()?)?;
             }
             opt.step();
             if s >= 2 {
@@ -329,23 +327,4 @@ pub fn footprint(
         return Err(Error::InvalidArgument("no ranks".into()));
     }
     got.swap_remove(0)
-}
-
-/// Data parallelism's gradient all-reduce: every gradient in one flat
-/// tensor, averaged in one call, copied back.
-fn all_reduce_mean(comm: &dyn Communicator, grads: &[Tensor]) -> Result<()> {
-    let parts = grads
-        .iter()
-        .map(|g| g.f_reshape([-1]))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    let mut flat = Tensor::f_cat(&parts, 0)?.f_to_kind(Kind::Float)?;
-    comm.all_reduce(Input::InPlace, &mut buffer_mut(&mut flat)?, ReduceOp::Avg)?;
-    let mut offset = 0;
-    for g in grads {
-        let n = g.numel() as i64;
-        g.shallow_clone()
-            .f_copy_(&flat.f_narrow(0, offset, n)?.f_view(g.size().as_slice())?)?;
-        offset += n;
-    }
-    Ok(())
 }

@@ -1,0 +1,200 @@
+//! The check that SyncBatchNorm on R ranks trains like BatchNorm on one
+//! process with all the rows, shared by trainers' tests and the workshop's
+//! lab 12; and the per-rank running statistics of a training, to compare
+//! local BN, local BN with DDP's buffer broadcast, and SyncBN.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use collectives::{Communicator, Input};
+use tch::nn::{self, OptimizerConfig};
+use tch::{Device, Tensor};
+
+use super::{BnMlp, Moments, Norm};
+use crate::comm::{all_reduce_mean_flat, buffer_mut};
+use crate::data::Dataset;
+use crate::ddp::check::{max_diff, snapshot, with_data_ranks};
+use crate::{Error, Result};
+
+/// The checks' model: two hidden layers of 64, each with batch norm.
+pub const SIZES: [i64; 4] = [784, 64, 64, 10];
+const LR: f64 = 0.05;
+
+static DRAW: Mutex<()> = Mutex::new(());
+
+/// A [`BnMlp`] of `sizes` in a new VarStore, drawn from `seed` (under a lock:
+/// libtorch's generator is global and thread ranks draw at once).
+pub fn model(sizes: &[i64], norm: Norm, seed: i64) -> Result<(nn::VarStore, BnMlp)> {
+    let _one = DRAW
+        .lock()
+        .map_err(|_| Error::InvalidArgument("a rank panicked while drawing".into()))?;
+    tch::manual_seed(seed);
+    let vs = nn::VarStore::new(Device::Cpu);
+    let m = BnMlp::new(&vs.root(), sizes, norm)?;
+    Ok((vs, m))
+}
+
+fn sgd(vs: &nn::VarStore) -> Result<nn::Optimizer> {
+    Ok(nn::Sgd {
+        momentum: 0.9,
+        ..Default::default()
+    }
+    .build(vs, LR)?)
+}
+
+fn loss(logits: &Tensor, y: &Tensor) -> Result<Tensor> {
+    Ok(logits.f_cross_entropy_loss::<Tensor>(y, None, tch::Reduction::Mean, -100, 0.0)?)
+}
+
+fn rows(data: &Dataset, start: usize, n: usize) -> Result<(Tensor, Tensor)> {
+    if data.labels.size()[0] < (start + n) as i64 {
+        return Err(Error::InvalidArgument(format!(
+            "the data has {} rows, the check needs {}",
+            data.labels.size()[0],
+            start + n
+        )));
+    }
+    Ok((
+        data.images.f_narrow(0, start as i64, n as i64)?,
+        data.labels.f_narrow(0, start as i64, n as i64)?,
+    ))
+}
+
+/// One data-parallel step: forward, backward, gradients averaged over the
+/// ranks, SGD.
+fn step(
+    comm: &dyn Communicator,
+    m: &BnMlp,
+    vs: &nn::VarStore,
+    opt: &mut nn::Optimizer,
+    x: &Tensor,
+    y: &Tensor,
+) -> Result<f64> {
+    opt.zero_grad();
+    let fwd = m.forward(comm, x, true)?;
+    let l = loss(&fwd.logits, y)?;
+    let value = l.f_double_value(&[])?;
+    m.backward(comm, fwd, &l)?;
+    if comm.world_size() > 1 {
+        let grads: Vec<Tensor> = vs.trainable_variables().iter().map(|v| v.grad()).collect();
+        all_reduce_mean_flat(comm, &grads)?;
+    }
+    opt.step();
+    Ok(value)
+}
+
+/// What [`equivalence`] measured.
+#[derive(Debug, Clone, Copy)]
+pub struct Equivalence {
+    /// Largest |Δ| of any variable (parameters and running statistics) of
+    /// any rank against the one process's after the same steps.
+    pub max_diff: f64,
+    /// Largest |Δ| the one process's variables moved.
+    pub moved: f64,
+}
+
+/// SyncBN (with `moments`) on `world` ranks of `b` rows against libtorch's
+/// BatchNorm on one process with the `world · b` rows, `steps` SGD steps with
+/// momentum, gradients averaged over the ranks. The sums differ in order, and
+/// SyncBN's variance is E[x²] − E[x]² where libtorch's is a two-pass one, so
+/// they agree to rounding, not to the bit.
+pub fn equivalence(
+    world: usize,
+    b: usize,
+    steps: usize,
+    data: &Dataset,
+    moments: Arc<dyn Moments>,
+) -> Result<Equivalence> {
+    tch::set_num_threads(1);
+    let want = with_data_ranks(1, data, Duration::from_secs(30), |_, comm, d| {
+        let (vs, m) = model(&SIZES, Norm::Local, 12)?;
+        let mut opt = sgd(&vs)?;
+        for s in 0..steps {
+            let (x, y) = rows(&d, s * world * b, world * b)?;
+            step(comm.as_ref(), &m, &vs, &mut opt, &x, &y)?;
+        }
+        Ok(snapshot(&vs))
+    })?
+    .pop()
+    .ok_or_else(|| Error::InvalidArgument("no ranks".into()))??;
+    let (init, _) = model(&SIZES, Norm::Local, 12)?;
+    let moved = max_diff(&want, &snapshot(&init))?;
+    let got = with_data_ranks(world, data, Duration::from_secs(30), |rank, comm, d| {
+        let (vs, m) = model(&SIZES, Norm::Sync(moments.clone()), 12)?;
+        let mut opt = sgd(&vs)?;
+        for s in 0..steps {
+            let (x, y) = rows(&d, s * world * b + rank * b, b)?;
+            step(comm.as_ref(), &m, &vs, &mut opt, &x, &y)?;
+        }
+        Ok(snapshot(&vs))
+    })?;
+    let mut worst = 0f64;
+    for g in got {
+        let d = max_diff(&g?, &want)?;
+        if d.is_nan() || d > worst {
+            worst = d;
+        }
+    }
+    Ok(Equivalence {
+        max_diff: worst,
+        moved,
+    })
+}
+
+/// How the ranks of [`running_stats`] keep their batch-norm statistics.
+#[derive(Clone)]
+pub struct BnMode {
+    /// Local or synchronised batch statistics.
+    pub norm: Norm,
+    /// Whether rank 0's running statistics are broadcast before every
+    /// forward (PyTorch DDP's `broadcast_buffers=True`, its default).
+    pub broadcast_buffers: bool,
+}
+
+/// What one rank of [`running_stats`] ended with.
+pub struct Trained {
+    /// Its running statistics after each step (first BN layer's means).
+    pub running_means: Vec<Tensor>,
+    /// Its variables at the end.
+    pub variables: Vec<(String, Tensor)>,
+    /// Its losses.
+    pub losses: Vec<f64>,
+}
+
+/// `world` ranks train [`BnMlp`] of `sizes` for `steps` steps of `b` rows
+/// each (rank r's rows of each global batch of `data`, in order) in `mode`;
+/// what every rank ended with.
+pub fn running_stats(
+    sizes: &[i64],
+    world: usize,
+    b: usize,
+    steps: usize,
+    data: &Dataset,
+    mode: BnMode,
+) -> Result<Vec<Trained>> {
+    let out = with_data_ranks(world, data, Duration::from_secs(60), |rank, comm, d| {
+        let (vs, m) = model(sizes, mode.norm.clone(), 12)?;
+        let mut opt = sgd(&vs)?;
+        let mut running_means = Vec::new();
+        let mut losses = Vec::new();
+        let n = d.labels.size()[0] as usize;
+        for s in 0..steps {
+            if mode.broadcast_buffers {
+                for t in m.buffers() {
+                    let mut t = t;
+                    comm.broadcast(Input::InPlace, &mut buffer_mut(&mut t)?, 0)?;
+                }
+            }
+            let start = (s * world * b + rank * b) % (n - b).max(1);
+            let (x, y) = rows(&d, start, b)?;
+            losses.push(step(comm.as_ref(), &m, &vs, &mut opt, &x, &y)?);
+            running_means.push(m.buffers()[0].copy());
+        }
+        Ok(Trained {
+            running_means,
+            variables: snapshot(&vs),
+            losses,
+        })
+    })?;
+    out.into_iter().collect()
+}
