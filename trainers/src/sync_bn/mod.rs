@@ -48,8 +48,10 @@ pub trait Moments: Send + Sync {
     fn moments(&self, x: &Tensor, reduce: &mut Reduce<'_>) -> Result<(Tensor, Tensor, f64)>;
 }
 
-/// trainers' own: one all-reduce of `[Σx, Σx², n]`, then `E[x]` and
-/// `E[x²] − E[x]²` (what `nn.SyncBatchNorm` computes, in f32).
+/// trainers' own: one all-reduce of `[Σx, Σx², n]` in f64, then `E[x]` and
+/// `E[x²] − E[x]²`. (PyTorch's `nn.SyncBatchNorm` all-gathers each rank's
+/// mean, inverse deviation and count instead and combines them; the same
+/// statistics.)
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SyncMoments;
 
@@ -57,12 +59,17 @@ impl Moments for SyncMoments {
     // ANCHOR: moments
     fn moments(&self, x: &Tensor, reduce: &mut Reduce<'_>) -> Result<(Tensor, Tensor, f64)> {
         let c = x.size()[1];
-        let rows = x.f_new_full([1], x.size()[0] as f64, (Kind::Float, x.device()))?;
+        // In f64: E[x²] − E[x]² loses as many digits as E[x]² is larger than
+        // the variance, and a channel whose rows barely differ loses most of
+        // f32's 24 bits. libtorch's own BatchNorm avoids it with a two-pass
+        // (Welford) variance; f64 sums keep this one-pass form as accurate.
+        let x64 = x.f_to_kind(Kind::Double)?;
+        let rows = x64.f_new_full([1], x.size()[0] as f64, (Kind::Double, x.device()))?;
         // One tensor, one all-reduce: the sums and the count travel together.
         let local = Tensor::f_cat(
             &[
-                x.f_sum_dim_intlist(0, false, Kind::Float)?,
-                x.f_square()?.f_sum_dim_intlist(0, false, Kind::Float)?,
+                x64.f_sum_dim_intlist(0, false, Kind::Double)?,
+                x64.f_square()?.f_sum_dim_intlist(0, false, Kind::Double)?,
                 rows,
             ],
             0,
@@ -74,7 +81,7 @@ impl Moments for SyncMoments {
             .f_narrow(0, c, c)?
             .f_div_scalar(n)?
             .f_sub(&mean.f_square()?)?;
-        Ok((mean, var, n))
+        Ok((mean.f_to_kind(Kind::Float)?, var.f_to_kind(Kind::Float)?, n))
     }
     // ANCHOR_END: moments
 }
@@ -277,21 +284,27 @@ impl BnMlp {
 
     /// Backward from `loss` (made from `fwd.logits`): gradients in every
     /// parameter, with each SyncBN layer's statistics gradient all-reduced.
+    // ANCHOR: bn_backward
     pub fn backward(&self, comm: &dyn Communicator, fwd: Forward, loss: &Tensor) -> Result<()> {
         loss.f_backward()?;
         for stage in fwd.stages.into_iter().rev() {
             // The statistics' gradient on this rank covers this rank's loss
             // only; every rank's rows shaped them, so sum it over the ranks.
             for (local, total) in stage.reductions.iter().rev() {
-                let mut g = total.f_grad()?;
-                if !g.defined() {
-                    g = total.f_zeros_like()?;
+                let g = total.f_grad()?;
+                if !g.defined() || !local.requires_grad() {
+                    // Without it the rows get no gradient through the mean and
+                    // the variance: training goes on, silently wrong.
+                    return Err(Error::Seam(
+                        "the batch statistics are cut off from autograd: compute the tensor you \
+                         reduce from `x`, and the mean and variance from what `reduce` returns \
+                         (no detach on either)"
+                            .into(),
+                    ));
                 }
                 let mut g = g.f_contiguous()?.copy();
                 comm.all_reduce(Input::InPlace, &mut buffer_mut(&mut g)?, ReduceOp::Sum)?;
-                if local.requires_grad() {
-                    backward_with_grad(local, &g)?;
-                }
+                backward_with_grad(local, &g)?;
             }
             let g = stage.leaf.f_grad()?;
             if !g.defined() {
@@ -305,6 +318,7 @@ impl BnMlp {
         }
         Ok(())
     }
+    // ANCHOR_END: bn_backward
 }
 
 /// `src` copied into `dst` in place (tch's `copy_` wants `&mut`).

@@ -1,0 +1,45 @@
+//! The lab's program as a learner runs it.
+
+use labkit::testing::{quick_run, starter_fails};
+
+const LAB: &str = env!("CARGO_BIN_EXE_lab12-ddp-recipes");
+
+/// The reference solution's quick run trains local BN, local BN with the
+/// buffer broadcast and SyncBN on 4 ranks, runs the save/barrier/load recipe
+/// and the one-device inference, and draws its three figures. SyncBN's ranks
+/// keep identical running statistics; local BN's do not.
+#[test]
+fn quick_run_with_the_solution_trains_each_bn_mode_and_draws() {
+    let run = quick_run(LAB, 12, &[]);
+    assert!(
+        run.stdout
+            .contains("all 4 ranks hold rank 0's weights to the bit"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("(the same: yes)"), "{}", run.stdout);
+    let spread = run
+        .results
+        .figures
+        .iter()
+        .find(|f| f.name == "running-mean-spread")
+        .expect("no spread figure");
+    let last = |name: &str| {
+        let s = spread
+            .series
+            .iter()
+            .find(|s| s.name.starts_with(name))
+            .expect(name);
+        s.points.last().unwrap()[1]
+    };
+    assert!(last("local BN") > 0.0, "{spread:?}");
+    assert_eq!(last("SyncBN"), 0.0, "{spread:?}");
+    run.assert_figures(&["running-mean-spread", "test-accuracy", "inference"]);
+}
+
+/// The lab system's promise: the unsolved starter fails fast with an error
+/// naming the TODO, never a hang.
+#[test]
+fn the_unsolved_starter_fails_fast_naming_the_todo() {
+    starter_fails(LAB, 12, "SyncBatchNorm's statistics", &[]);
+}
