@@ -8,11 +8,12 @@
 
 pub mod exercise;
 
+pub use labkit::torch::{fashion_mnist_in as fashion_mnist, lab_error};
 use std::time::Duration;
 
 use labkit::{LabError, Variant};
 use tch::{Cuda, Device, Tensor};
-use trainers::data::{self, Dataset, Split};
+use trainers::data::{self, Split};
 use trainers::data_parallel::check::{self, CheckError};
 use trainers::data_parallel::{Pieces, Replication, Standard};
 use trainers::models::Stage;
@@ -59,18 +60,6 @@ pub fn pieces(variant: Variant) -> Box<dyn Pieces> {
         Variant::Exercise => Box::new(Exercise),
         Variant::Solution => Box::new(Standard),
     }
-}
-
-/// A trainers error as the lab reports it (its text names a TODO when the
-/// exercise's piece was unsolved).
-pub fn lab_error(e: trainers::Error) -> LabError {
-    LabError::Wrong(e.to_string())
-}
-
-/// Loads one split of Fashion-MNIST from `dir` (Debian's `dataset-fashion-mnist`
-/// by default), or says how to get it.
-pub fn fashion_mnist(dir: &std::path::Path, split: Split) -> Result<Dataset, LabError> {
-    data::load(dir, split).map_err(lab_error)
 }
 
 /// The self-check: trainers' equivalence check, on the pieces of `variant`, over

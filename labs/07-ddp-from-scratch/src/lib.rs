@@ -5,13 +5,14 @@
 
 pub mod exercise;
 
+pub use labkit::torch::{fashion_mnist, lab_error};
 use std::sync::Arc;
 use std::time::Duration;
 
 use collectives::Communicator;
 use labkit::{LabError, Variant};
 use tch::Tensor;
-use trainers::data::{self, Dataset, Split};
+use trainers::data::{Dataset, Split};
 use trainers::ddp::{self, DdpOptions, GradSync, StageSplit, Standard};
 
 /// The three steps of the exercise.
@@ -122,23 +123,6 @@ pub fn sync(variant: Variant, step: Step) -> Arc<dyn GradSync> {
         }),
         Variant::Solution => Arc::new(Standard),
     }
-}
-
-/// A trainers error as the lab's: an unsolved TODO stays itself.
-pub fn lab_error(e: trainers::Error) -> LabError {
-    match e {
-        trainers::Error::Seam(inner) => match inner.downcast::<LabError>() {
-            Ok(lab) => *lab,
-            Err(other) => LabError::Wrong(other.to_string()),
-        },
-        trainers::Error::Collective(e) => LabError::Collective(e),
-        other => LabError::Wrong(other.to_string()),
-    }
-}
-
-/// Fashion-MNIST's test split, from Debian's `dataset-fashion-mnist`.
-pub fn fashion_mnist(split: Split) -> Result<Dataset, LabError> {
-    data::load(data::DEFAULT_DIR, split).map_err(lab_error)
 }
 
 /// The self-check of `step`: R ranks × batch 8 train like one process with

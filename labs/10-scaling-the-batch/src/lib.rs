@@ -8,13 +8,14 @@
 
 pub mod exercise;
 
+pub use labkit::torch::{fashion_mnist, lab_error};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use labkit::{LabError, Variant};
 use tch::nn::{self, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
-use trainers::data::{self, Dataset, Split};
+use trainers::data::Dataset;
 use trainers::ddp::{self, Compressed, Ddp, DdpOptions, GradSync, Standard};
 use trainers::lr::{LrSchedule, Scaling};
 use trainers::models::{self, MlpConfig};
@@ -56,19 +57,6 @@ pub fn sync(variant: Variant, wire: Wire) -> Arc<dyn GradSync> {
         Variant::Exercise => Arc::new(exercise::YourCompression { kind }),
         Variant::Solution => Arc::new(ours),
     }
-}
-
-/// A trainers error as the lab's (an unsolved TODO's text names it).
-pub fn lab_error(e: trainers::Error) -> LabError {
-    match e {
-        trainers::Error::Collective(e) => LabError::Collective(e),
-        other => LabError::Wrong(other.to_string()),
-    }
-}
-
-/// Fashion-MNIST's `split`, from Debian's `dataset-fashion-mnist`.
-pub fn fashion_mnist(split: Split) -> Result<Dataset, LabError> {
-    data::load(data::DEFAULT_DIR, split).map_err(lab_error)
 }
 
 /// The self-check (`cargo lab check 10`): on 2 and 3 ranks, fp16 and bf16

@@ -6,6 +6,7 @@
 
 pub mod exercise;
 
+pub use labkit::torch::{fashion_mnist, lab_error};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use collectives::{Communicator, Input, ReduceOp};
 use labkit::{LabError, Variant};
 use tch::Tensor;
 use tch::nn;
-use trainers::data::{self, Dataset, Split};
+use trainers::data::{self, Dataset};
 use trainers::sync_bn::check::{self, Equivalence};
 use trainers::sync_bn::{BnMlp, Moments, Norm, SyncMoments};
 use trainers::train::Tally;
@@ -24,19 +25,6 @@ pub fn moments(variant: Variant) -> Arc<dyn Moments> {
         Variant::Exercise => Arc::new(exercise::YourMoments),
         Variant::Solution => Arc::new(SyncMoments),
     }
-}
-
-/// A trainers error as the lab's (an unsolved TODO's text names it).
-pub fn lab_error(e: trainers::Error) -> LabError {
-    match e {
-        trainers::Error::Collective(e) => LabError::Collective(e),
-        other => LabError::Wrong(other.to_string()),
-    }
-}
-
-/// Fashion-MNIST's `split`, from Debian's `dataset-fashion-mnist`.
-pub fn fashion_mnist(split: Split) -> Result<Dataset, LabError> {
-    data::load(data::DEFAULT_DIR, split).map_err(lab_error)
 }
 
 /// The largest |Δ| from one-process BatchNorm the check accepts after 10

@@ -8,6 +8,7 @@
 
 pub mod exercise;
 
+pub use labkit::torch::{fashion_mnist, lab_error};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +17,7 @@ use tch::{Device, Kind, Tensor};
 use trainers::traffic::{Metered, Traffic};
 
 use labkit::{LabError, Variant};
-use trainers::data::{self, Dataset, Split};
+use trainers::data::{self, Dataset};
 use trainers::zero::check::{self, Equivalence};
 use trainers::zero::{GradPath, ReduceScatterStep, SgdStep, Stage, ZeroConfig};
 
@@ -26,19 +27,6 @@ pub fn path(variant: Variant) -> Arc<dyn GradPath> {
         Variant::Exercise => Arc::new(exercise::YourGradPath),
         Variant::Solution => Arc::new(ReduceScatterStep),
     }
-}
-
-/// A trainers error as the lab's (an unsolved TODO's text names it).
-pub fn lab_error(e: trainers::Error) -> LabError {
-    match e {
-        trainers::Error::Collective(e) => LabError::Collective(e),
-        other => LabError::Wrong(other.to_string()),
-    }
-}
-
-/// Fashion-MNIST's `split`, from Debian's `dataset-fashion-mnist`.
-pub fn fashion_mnist(split: Split) -> Result<Dataset, LabError> {
-    data::load(data::DEFAULT_DIR, split).map_err(lab_error)
 }
 
 /// The check's model: units of 37,680 and 490 parameters, which divide by

@@ -10,10 +10,11 @@
 
 pub mod exercise;
 
+pub use labkit::torch::{fashion_mnist, lab_error};
 use std::sync::Arc;
 
 use labkit::{LabError, Variant};
-use trainers::data::{self, Dataset, Split};
+use trainers::data::{self, Dataset};
 use trainers::tensor_parallel::check::{self, Equivalence};
 use trainers::tensor_parallel::{AllReduceRow, RowForward, TpConfig};
 
@@ -23,19 +24,6 @@ pub fn row(variant: Variant) -> Arc<dyn RowForward> {
         Variant::Exercise => Arc::new(exercise::YourRowParallel),
         Variant::Solution => Arc::new(AllReduceRow),
     }
-}
-
-/// A trainers error as the lab's (an unsolved TODO's text names it).
-pub fn lab_error(e: trainers::Error) -> LabError {
-    match e {
-        trainers::Error::Collective(e) => LabError::Collective(e),
-        other => LabError::Wrong(other.to_string()),
-    }
-}
-
-/// Fashion-MNIST's `split`, from Debian's `dataset-fashion-mnist`.
-pub fn fashion_mnist(split: Split) -> Result<Dataset, LabError> {
-    data::load(data::DEFAULT_DIR, split).map_err(lab_error)
 }
 
 /// The check's model: hidden 160 splits unevenly over 3 ranks (54, 53, 53).

@@ -14,6 +14,8 @@ pub mod hosts;
 pub mod limits;
 mod run;
 pub mod testing;
+#[cfg(feature = "torch")]
+pub mod torch;
 
 use std::fmt;
 

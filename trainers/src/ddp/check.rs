@@ -21,12 +21,13 @@ use crate::{Error, Result, models};
 /// steps move every parameter well beyond the tolerance.
 const LR: f64 = 0.05;
 
-/// What [`equivalence`] measured.
+/// What an equivalence check measured (this module's [`equivalence`], and
+/// the ZeRO and SyncBatchNorm checks').
 #[derive(Debug, Clone, Copy)]
 pub struct Equivalence {
-    /// Largest |Δ| between any rank's parameters and the one-process run's.
+    /// Largest |Δ| between any rank's parameters and the reference run's.
     pub max_diff: f64,
-    /// Largest |Δ| between the one-process run's parameters and the start: a
+    /// Largest |Δ| between the reference run's parameters and the start: a
     /// check that moved nothing would prove nothing.
     pub moved: f64,
 }

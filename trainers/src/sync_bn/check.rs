@@ -13,6 +13,9 @@ use tch::{Device, Tensor};
 use super::{BnMlp, Moments, Norm};
 use crate::comm::{all_reduce_mean_flat, buffer_mut};
 use crate::data::Dataset;
+/// What [`equivalence`] measured (DDP's check's: the largest difference, and how far
+/// the reference moved).
+pub use crate::ddp::check::Equivalence;
 use crate::ddp::check::{max_diff, snapshot, with_data_ranks};
 use crate::{Error, Result};
 
@@ -81,16 +84,6 @@ fn step(
     }
     opt.step();
     Ok(value)
-}
-
-/// What [`equivalence`] measured.
-#[derive(Debug, Clone, Copy)]
-pub struct Equivalence {
-    /// Largest |Δ| of any variable (parameters and running statistics) of
-    /// any rank against the one process's after the same steps.
-    pub max_diff: f64,
-    /// Largest |Δ| the one process's variables moved.
-    pub moved: f64,
 }
 
 /// SyncBN (with `moments`) on `world` ranks of `b` rows against libtorch's

@@ -12,6 +12,9 @@ use tch::Tensor;
 
 use super::{GradPath, Memory, ReduceScatterStep, SgdStep, Stage, Zero, ZeroConfig};
 use crate::data::Dataset;
+/// What [`equivalence`] measured (DDP's check's: the largest difference, and how far
+/// the reference moved).
+pub use crate::ddp::check::Equivalence;
 use crate::ddp::check::with_data_ranks;
 use crate::traffic::{Counted, Metered, Traffic};
 use crate::{Error, Result};
@@ -66,17 +69,6 @@ fn train(
         z.parameters(comm.as_ref())
     })?;
     out.into_iter().collect()
-}
-
-/// What [`equivalence`] measured.
-#[derive(Debug, Clone, Copy)]
-pub struct Equivalence {
-    /// Largest |Δ| between any rank's parameters under the stage and under
-    /// plain data parallelism after the same steps.
-    pub max_diff: f64,
-    /// Largest |Δ| plain data parallelism moved the parameters: a check that
-    /// moved nothing would prove nothing.
-    pub moved: f64,
 }
 
 /// `stage` (its shard updates through `path`) against plain data parallelism

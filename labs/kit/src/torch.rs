@@ -1,0 +1,33 @@
+//! What the labs that train with libtorch share (the `torch` feature): a
+//! `trainers` error as the lab's, and the data set.
+
+use std::path::Path;
+
+use trainers::data::{self, Dataset, Split};
+
+use crate::LabError;
+
+/// A trainers error as the lab's. An unsolved TODO travels through a seam as
+/// `Error::Seam` holding the [`LabError`] itself, and comes out as it went in,
+/// so the learner sees "TODO: …", not a wrapped string.
+pub fn lab_error(e: trainers::Error) -> LabError {
+    match e {
+        trainers::Error::Seam(inner) => match inner.downcast::<LabError>() {
+            Ok(lab) => *lab,
+            Err(other) => LabError::Wrong(other.to_string()),
+        },
+        trainers::Error::Collective(e) => LabError::Collective(e),
+        other => LabError::Wrong(other.to_string()),
+    }
+}
+
+/// Fashion-MNIST's `split` from Debian's `dataset-fashion-mnist`, or an error
+/// saying how to get it.
+pub fn fashion_mnist(split: Split) -> Result<Dataset, LabError> {
+    fashion_mnist_in(Path::new(data::DEFAULT_DIR), split)
+}
+
+/// Fashion-MNIST's `split` from `dir` (any MNIST-format IDX files).
+pub fn fashion_mnist_in(dir: &Path, split: Split) -> Result<Dataset, LabError> {
+    data::load(dir, split).map_err(lab_error)
+}
