@@ -6,7 +6,7 @@
 
 pub mod exercise;
 
-pub use labkit::torch::{fashion_mnist, lab_error};
+pub use labkit_torch::{fashion_mnist, lab_error};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -14,8 +14,6 @@ pub mod hosts;
 pub mod limits;
 mod run;
 pub mod testing;
-#[cfg(feature = "torch")]
-pub mod torch;
 
 use std::fmt;
 

@@ -1,11 +1,14 @@
-//! What the labs that train with libtorch share (the `torch` feature): a
-//! `trainers` error as the lab's, and the data set.
+//! What the labs that train with libtorch share: a `trainers` error as the
+//! lab's, and the data set. A crate of its own rather than a feature of
+//! `labkit`: a feature would be on for every lab in a workspace build, and the
+//! labs without libtorch would then link it.
+#![deny(missing_docs)]
 
 use std::path::Path;
 
 use trainers::data::{self, Dataset, Split};
 
-use crate::LabError;
+use labkit::LabError;
 
 /// A trainers error as the lab's. An unsolved TODO travels through a seam as
 /// `Error::Seam` holding the [`LabError`] itself, and comes out as it went in,
