@@ -19,6 +19,8 @@
 //! * [`data_parallel`], [`pipeline`], [`hogwild`]: DataParallel over devices or CPU
 //!   replicas, GPipe micro-batched pipelines, lock-free shared-memory training in
 //!   several processes;
+//! * [`consistency`]: synchronous and asynchronous parameter servers, DDP and
+//!   stale-synchronous training with a bounded staleness, beside a straggler;
 //! * [`sync_bn`]: local BatchNorm and SyncBatchNorm (statistics all-reduced forward and
 //!   backward) under data parallelism, checked against BatchNorm on all the rows;
 //! * [`zero`]: sharded data parallelism, ZeRO stages 1–3 (FSDP), checked against plain
@@ -30,6 +32,7 @@
 pub mod bucket;
 pub mod checkpoint;
 pub mod comm;
+pub mod consistency;
 pub mod data;
 pub mod data_parallel;
 pub mod ddp;
