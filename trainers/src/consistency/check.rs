@@ -52,6 +52,8 @@ pub fn job(consistency: Consistency, bound: Arc<dyn StalenessBound>) -> Job {
         }),
         snapshot_every: 10,
         bound,
+        // Each of the 30 steps takes milliseconds here.
+        timeout: std::time::Duration::from_secs(10),
     }
 }
 

@@ -87,7 +87,8 @@ pub trait StalenessBound: Send + Sync {
     /// May a worker that has completed `step` steps start its next one, when
     /// `completed[w]` is how many steps worker w has completed, and workers
     /// may run at most `staleness` steps ahead of the slowest?
-    fn may_start(&self, step: u64, completed: &[u64], staleness: u64) -> bool;
+    /// (An error stops the training: an unsolved exercise says so.)
+    fn may_start(&self, step: u64, completed: &[u64], staleness: u64) -> Result<bool>;
 }
 
 /// trainers' own bound.
@@ -96,11 +97,11 @@ pub struct Bounded;
 
 impl StalenessBound for Bounded {
     // ANCHOR: may_start
-    fn may_start(&self, step: u64, completed: &[u64], staleness: u64) -> bool {
+    fn may_start(&self, step: u64, completed: &[u64], staleness: u64) -> Result<bool> {
         // The slowest worker has completed `slowest` steps; starting step
         // `step` puts this worker `step − slowest` ahead of it.
         let slowest = completed.iter().copied().min().unwrap_or(step);
-        step <= slowest + staleness
+        Ok(step <= slowest + staleness)
     }
     // ANCHOR_END: may_start
 }
@@ -127,6 +128,9 @@ pub struct Job {
     pub snapshot_every: u64,
     /// The bound SSP enforces.
     pub bound: Arc<dyn StalenessBound>,
+    /// The longest any wait may last before the training fails (a bound
+    /// that never lets anyone start would otherwise wait for ever).
+    pub timeout: Duration,
 }
 
 /// A worker starting a step: what the log of [`Trained`] holds.
@@ -293,7 +297,7 @@ pub fn train(job: &Job, data: &Dataset) -> Result<Trained> {
         }),
         changed: Condvar::new(),
     };
-    let timeout = Duration::from_secs(60);
+    let timeout = job.timeout;
     let t0 = Instant::now();
     let per_worker = with_data_ranks(job.workers, data, timeout, |w, comm, d| {
         worker(job, &table, w, comm.as_ref(), &d, t0, timeout)
@@ -351,7 +355,7 @@ fn worker(
             }
             Consistency::Ssp { staleness } => {
                 g = table.wait(g, timeout, "the slowest worker (staleness bound)", |s| {
-                    Ok(job.bound.may_start(step, &s.completed, staleness))
+                    job.bound.may_start(step, &s.completed, staleness)
                 })?;
             }
             Consistency::AsyncPs | Consistency::Ddp => {}

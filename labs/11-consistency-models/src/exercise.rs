@@ -1,0 +1,36 @@
+//! Lab 11, the file you edit: the staleness bound of stale-synchronous
+//! training. Every worker keeps its own replica and publishes its gradient of
+//! each step to the others; a worker may compute on a replica that misses the
+//! newest gradients, but only up to a point: it may run at most `staleness`
+//! steps ahead of the slowest worker. trainers asks your bound before every
+//! step and waits (without spinning, woken whenever a worker finishes a step)
+//! while it says no.
+
+// Until the TODO is done the arguments below are unused; delete this line
+// when you have finished, and the compiler will tell you what is left.
+#![allow(unused_variables)]
+
+use trainers::consistency::StalenessBound;
+use trainers::{Error, Result};
+
+fn todo(what: &'static str) -> Error {
+    Error::Seam(Box::new(labkit::todo(11, what, file!())))
+}
+
+/// Your staleness bound.
+pub struct YourBound;
+
+impl StalenessBound for YourBound {
+    // ANCHOR: may_start
+    /// May a worker that has completed `step` steps start its next one, when
+    /// `completed[w]` is how many steps worker w has completed?
+    fn may_start(&self, step: u64, completed: &[u64], staleness: u64) -> Result<bool> {
+        // TODO(lab 11): the staleness bound. Find the slowest worker's
+        // completed steps; starting this step puts this worker `step −
+        // slowest` steps ahead of it, which may be at most `staleness`.
+        // (With staleness 0 every worker waits for all the others at every
+        // step: synchronous training.)
+        Err(todo("the staleness bound"))
+    }
+    // ANCHOR_END: may_start
+}

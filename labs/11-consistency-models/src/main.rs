@@ -1,0 +1,200 @@
+//! Lab 11: consistency models, run as a learner runs it (`cargo lab 11`).
+//!
+//! First your staleness bound beside a straggler. Then the MLP trains on
+//! Fashion-MNIST with two workers (`--workers`) four ways (synchronous parameter server,
+//! asynchronous parameter server, DDP, stale-synchronous with your bound),
+//! each without and with one worker several times slower; worker 0's view of
+//! the parameters is kept as it goes and evaluated afterwards. Workers are
+//! threads of this process. Writes `results/lab11/<UTC time>/`.
+
+use std::time::Duration;
+
+use clap::Parser;
+use lab11_consistency_models::{bound, fashion_mnist, judge, lab_error};
+use labkit::{Run, Variant};
+use measure::{Figure, FigureSeries};
+use trainers::consistency::check::max_ahead;
+use trainers::consistency::{Consistency, Job, Straggler, accuracy, train};
+use trainers::data::Split;
+
+/// Lab 11: parameter servers, DDP and stale-synchronous training, with a straggler.
+#[derive(Parser)]
+#[command(version)]
+struct Args {
+    /// Workers (more than this machine's cores measures the sharing of
+    /// cores as much as the consistency model).
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Steps per worker.
+    #[arg(long, default_value_t = 400)]
+    steps: u64,
+    /// Rows per worker per step.
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// The staleness bound of the stale-synchronous trainer.
+    #[arg(long, default_value_t = 4)]
+    staleness: u64,
+    /// How many times slower the straggler (the last worker) is.
+    #[arg(long, default_value_t = 4.0)]
+    slowdown: f64,
+    /// A short run (what CI runs).
+    #[arg(long)]
+    quick: bool,
+}
+
+fn main() -> std::process::ExitCode {
+    labkit::exit(run(Args::parse()), "")
+}
+
+const HIDDEN: [i64; 1] = [256];
+
+fn run(mut args: Args) -> anyhow::Result<()> {
+    if args.quick {
+        args.steps = 40;
+    }
+    if args.workers < 2 {
+        anyhow::bail!(
+            "--workers {}: a straggler needs at least 2 workers",
+            args.workers
+        );
+    }
+    let variant = Variant::from_env();
+    tch::set_num_threads(1);
+
+    // Your bound first: an unsolved starter stops here.
+    let c = judge(variant)?;
+    println!(
+        "your staleness bound ({variant}): beside a 3× straggler no worker started more than {} \
+         steps ahead of the slowest (the most: {}); staleness 0 = the synchronous server to the bit",
+        c.staleness, c.max_ahead
+    );
+
+    let train_set = fashion_mnist(Split::Train)?;
+    let test = fashion_mnist(Split::Test)?
+        .head(if args.quick { 1_000 } else { 5_000 })
+        .map_err(lab_error)?;
+    let models = [
+        Consistency::SyncPs,
+        Consistency::AsyncPs,
+        Consistency::Ddp,
+        Consistency::Ssp {
+            staleness: args.staleness,
+        },
+    ];
+    println!(
+        "\nthe MLP 784→256→10, {} workers of {} rows, {} steps each, SGD lr 0.05; worker {} is \
+         {}× slower in the second half (\"yes\"); accuracy on {} test images\n",
+        args.workers,
+        args.batch,
+        args.steps,
+        args.workers - 1,
+        args.slowdown,
+        test.len()
+    );
+    println!(
+        "{:<18} {:>10} {:>9} {:>9} {:>14}",
+        "", "straggler", "wall s", "accuracy", "most ahead"
+    );
+    let mut figures = Vec::new();
+    let mut walls = Vec::new();
+    for slow in [false, true] {
+        let mut fig = Figure::lines(
+            if slow {
+                "accuracy-with-straggler"
+            } else {
+                "accuracy-no-straggler"
+            },
+            &if slow {
+                format!(
+                    "Test accuracy against wall time, worker {} {}× slower (higher and further left is better)",
+                    args.workers - 1,
+                    args.slowdown
+                )
+            } else {
+                "Test accuracy against wall time, equal workers (higher and further left is better)"
+                    .to_owned()
+            },
+            "seconds",
+            "test accuracy",
+        );
+        for consistency in models {
+            let job = Job {
+                consistency,
+                workers: args.workers,
+                batch: args.batch,
+                steps: args.steps,
+                lr: 0.05,
+                hidden: HIDDEN.to_vec(),
+                straggler: slow.then_some(Straggler {
+                    worker: args.workers - 1,
+                    slowdown: args.slowdown,
+                }),
+                snapshot_every: (args.steps / 10).max(1),
+                bound: bound(variant),
+                timeout: Duration::from_secs(120),
+            };
+            let t = train(&job, &train_set).map_err(lab_error)?;
+            let mut curve = Vec::new();
+            for (s, p) in &t.snapshots {
+                curve.push([*s, accuracy(&HIDDEN, p, &test).map_err(lab_error)?]);
+            }
+            let last = accuracy(&HIDDEN, &t.params, &test).map_err(lab_error)?;
+            println!(
+                "{:<18} {:>10} {:>9.2} {:>8.1}% {:>14}",
+                consistency.name(),
+                if slow { "yes" } else { "no" },
+                t.seconds,
+                100.0 * last,
+                max_ahead(&t.log)
+            );
+            fig = fig.with(FigureSeries::measured(consistency.name(), curve));
+            walls.push((consistency.name(), slow, t.seconds));
+        }
+        figures.push(fig);
+    }
+
+    // Only now: a starter that fails above leaves no results folder behind.
+    let mut run = Run::start(11, args.workers, "threads (shared memory)")?;
+    for f in figures {
+        run.figure(f)?;
+    }
+    let names: Vec<String> = models.iter().map(|m| m.name()).collect();
+    let wall = |slow: bool| -> Vec<f64> {
+        names
+            .iter()
+            .map(|n| {
+                walls
+                    .iter()
+                    .find(|(m, s, _)| m == n && *s == slow)
+                    .map_or(0.0, |w| w.2)
+            })
+            .collect()
+    };
+    let (fast, slow) = (wall(false), wall(true));
+    run.figure(
+        Figure::stacked_bars(
+            "wall-time",
+            &format!(
+                "Wall time of {} steps per worker (lower is better)",
+                args.steps
+            ),
+            names,
+            "seconds",
+        )
+        .with_layer("equal workers", &fast)
+        .with_layer(
+            "added by the straggler",
+            &slow
+                .iter()
+                .zip(&fast)
+                .map(|(s, f)| (s - f).max(0.0))
+                .collect::<Vec<_>>(),
+        ),
+    )?;
+    let dir = run.finish()?;
+    println!(
+        "\nCharts in {}: accuracy-no-straggler.svg, accuracy-with-straggler.svg, wall-time.svg.",
+        dir.display()
+    );
+    Ok(())
+}
