@@ -7,8 +7,9 @@
 //! statistics and test accuracy are compared. Last, the checkpoint and
 //! inference recipes on the SyncBN model: rank 0 saves as DDP names it
 //! (`module.`), a barrier, every rank loads; then one device loads it, in eval
-//! mode, against the distributed evaluation. Ranks are threads, each with its
-//! own communicator over shared memory. Writes `results/lab12/<UTC time>/`.
+//! mode, against the distributed evaluation; and checkpoints both ways with
+//! PyTorch (`interop.py`). Ranks are threads, each with its own communicator
+//! over shared memory. Writes `results/lab12/<UTC time>/`.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -16,7 +17,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use lab12_ddp_recipes::{
-    TOLERANCE, distributed_accuracy, fashion_mnist, judge, lab_error, moments, plain_model, tally,
+    EVAL_ROWS, TOLERANCE, distributed_accuracy, fashion_mnist, judge, lab_error, moments,
+    plain_model, tally,
 };
 use labkit::{Run, Variant};
 use measure::{Figure, FigureSeries};
@@ -43,6 +45,9 @@ struct Args {
     /// A short run (what CI runs).
     #[arg(long)]
     quick: bool,
+    /// The Python with PyTorch for the interop part (relative to the workspace).
+    #[arg(long, default_value = ".ringside/venv/bin/python")]
+    python: String,
 }
 
 fn main() -> std::process::ExitCode {
@@ -251,9 +256,15 @@ fn run(mut args: Args) -> anyhow::Result<()> {
         forgot_eval.1,
         100.0 * forgot_eval.0 as f64 / forgot_eval.1 as f64
     );
-    let _ = std::fs::remove_dir_all(&dir);
     if one_device != (correct, count) {
         anyhow::bail!("the one-device evaluation disagrees with the distributed one");
+    }
+
+    println!("\nPyTorch interop (safetensors, the same names, eval mode, batches of {EVAL_ROWS}):");
+    let interop = pytorch_interop(&args, &dir, &file, &test, one_device);
+    let _ = std::fs::remove_dir_all(&dir);
+    for line in interop? {
+        println!("  {line}");
     }
 
     // Only now: a starter that fails above leaves no results folder behind.
@@ -384,4 +395,91 @@ fn tempdir() -> anyhow::Result<std::path::PathBuf> {
     let dir = std::env::temp_dir().join(format!("ringside-lab12-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
+}
+
+/// Both directions, on `test`: a model PyTorch trained and saved, loaded here
+/// strictly and evaluated (the counts must be PyTorch's own); the SyncBN model
+/// (`ours_file`, DDP's names) saved here under its own names, loaded by
+/// PyTorch and evaluated (the counts must be `ours`). Without a Python with
+/// PyTorch, one line saying so.
+fn pytorch_interop(
+    args: &Args,
+    dir: &std::path::Path,
+    ours_file: &std::path::Path,
+    test: &Dataset,
+    ours: (u64, u64),
+) -> anyhow::Result<Vec<String>> {
+    let root = measure::manifest::workspace_dir();
+    let python = root.join(&args.python);
+    if !python.exists() {
+        return Ok(vec![format!(
+            "skipped: no Python with PyTorch at {} (`cargo xtask setup` makes it)",
+            python.display()
+        )]);
+    }
+    let script = root.join("labs/12-ddp-recipes/interop.py");
+    let sizes = SIZES.map(|s| s.to_string()).join(",");
+    let run = |cmd: &str, file: &std::path::Path| -> anyhow::Result<(u64, u64)> {
+        let out = std::process::Command::new(&python)
+            .arg(&script)
+            .arg(cmd)
+            .args(["--file", &file.to_string_lossy()])
+            .args(["--data", trainers::data::DEFAULT_DIR, "--sizes", &sizes])
+            .args(["--mean", &trainers::data::MEAN.to_string()])
+            .args(["--std", &trainers::data::STD.to_string()])
+            .args(["--rows", &EVAL_ROWS.to_string()])
+            .args(["--limit", &test.len().to_string()])
+            .output()
+            .context("starting interop.py")?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout.lines().find(|l| l.starts_with('{'));
+        let Some(line) = line.filter(|_| out.status.success()) else {
+            anyhow::bail!(
+                "interop.py {cmd} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        };
+        let v: serde_json::Value = serde_json::from_str(line)?;
+        Ok((
+            v["correct"].as_u64().context("no correct")?,
+            v["count"].as_u64().context("no count")?,
+        ))
+    };
+    let same = |a: (u64, u64), b: (u64, u64)| if a == b { "the same" } else { "DIFFERENT" };
+    let mut said = Vec::new();
+    // PyTorch -> ringside, by PyTorch's own names.
+    let theirs_file = dir.join("pytorch.safetensors");
+    let theirs = run("write", &theirs_file)?;
+    let here = with_one_rank(test, |comm, d| {
+        let (vs, m) = trainers::sync_bn::check::model(&SIZES, Norm::Local, 8)?;
+        checkpoint::load_state_dict(&theirs_file, &vs, None)?;
+        tally(comm, &m, d, 0..d.len(), false)
+    })?;
+    said.push(format!(
+        "PyTorch trained and saved a model; PyTorch evaluates it {} of {}, ringside (a strict \
+         load) {} of {}: {}",
+        theirs.0,
+        theirs.1,
+        here.0,
+        here.1,
+        same(here, theirs)
+    ));
+    // ringside -> PyTorch: the SyncBN model under its own names.
+    let plain = dir.join("ringside.safetensors");
+    let (vs, _m) = trainers::sync_bn::check::model(&SIZES, Norm::Local, 7).map_err(lab_error)?;
+    checkpoint::load_state_dict(ours_file, &vs, Some(checkpoint::DDP_PREFIX)).map_err(lab_error)?;
+    checkpoint::save_state_dict(&plain, &snapshot(&vs)).map_err(lab_error)?;
+    let torch_eval = run("evaluate", &plain)?;
+    said.push(format!(
+        "ringside's SyncBN model, loaded by PyTorch: {} of {}, ringside {} of {}: {}",
+        torch_eval.0,
+        torch_eval.1,
+        ours.0,
+        ours.1,
+        same(torch_eval, ours)
+    ));
+    if here != theirs || torch_eval != ours {
+        anyhow::bail!("PyTorch and ringside disagree: {}", said.join("; "));
+    }
+    Ok(said)
 }

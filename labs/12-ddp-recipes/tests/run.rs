@@ -6,7 +6,8 @@ const LAB: &str = env!("CARGO_BIN_EXE_lab12-ddp-recipes");
 
 /// The reference solution's quick run trains local BN, local BN with the
 /// buffer broadcast and SyncBN on 4 ranks, runs the save/barrier/load recipe
-/// and the one-device inference, and draws its three figures. SyncBN's ranks
+/// and the one-device inference, checkpoints both ways with PyTorch, and draws
+/// its three figures. SyncBN's ranks
 /// keep identical running statistics; local BN's do not.
 #[test]
 fn quick_run_with_the_solution_trains_each_bn_mode_and_draws() {
@@ -18,6 +19,9 @@ fn quick_run_with_the_solution_trains_each_bn_mode_and_draws() {
         run.stdout
     );
     assert!(run.stdout.contains("(the same: yes)"), "{}", run.stdout);
+    // Both directions of the PyTorch interop (the test suite's set-up makes
+    // the venv; without it the lab says "skipped" and this fails).
+    assert_eq!(run.stdout.matches(": the same").count(), 2, "{}", run.stdout);
     let spread = run
         .results
         .figures
