@@ -91,12 +91,15 @@ fn run(mut args: Args) -> anyhow::Result<()> {
         args.steps,
         test.len()
     );
+    let dir = tempdir()?;
+    let metrics_file = dir.join("metrics.jsonl");
     let modes = [
         (
             "local BN",
             BnMode {
                 norm: Norm::Local,
                 broadcast_buffers: false,
+                metrics: None,
             },
         ),
         (
@@ -104,6 +107,7 @@ fn run(mut args: Args) -> anyhow::Result<()> {
             BnMode {
                 norm: Norm::Local,
                 broadcast_buffers: true,
+                metrics: None,
             },
         ),
         (
@@ -111,6 +115,7 @@ fn run(mut args: Args) -> anyhow::Result<()> {
             BnMode {
                 norm: Norm::Sync(moments(variant)),
                 broadcast_buffers: false,
+                metrics: Some(metrics_file.clone()),
             },
         ),
     ];
@@ -186,6 +191,7 @@ fn run(mut args: Args) -> anyhow::Result<()> {
         BnMode {
             norm: Norm::Local,
             broadcast_buffers: false,
+            metrics: None,
         },
     )
     .map_err(lab_error)?;
@@ -202,7 +208,6 @@ fn run(mut args: Args) -> anyhow::Result<()> {
     // The recipes, on SyncBN's rank 0.
     let sync_ranks = sync_ranks.context("no SyncBN run")?;
     let trained = &sync_ranks[0].variables;
-    let dir = tempdir()?;
     let file = dir.join("ddp.safetensors");
     println!(
         "\ncheckpoint: rank 0 saves the DDP model's state dict (names with `module.`), barrier, every rank loads"
@@ -262,7 +267,10 @@ fn run(mut args: Args) -> anyhow::Result<()> {
 
     println!("\nPyTorch interop (safetensors, the same names, eval mode, batches of {EVAL_ROWS}):");
     let interop = pytorch_interop(&args, &dir, &file, &test, one_device);
+    let metrics = std::fs::read_to_string(&metrics_file)
+        .with_context(|| format!("reading {}", metrics_file.display()));
     let _ = std::fs::remove_dir_all(&dir);
+    let metrics = metrics?;
     for line in interop? {
         println!("  {line}");
     }
@@ -297,9 +305,35 @@ fn run(mut args: Args) -> anyhow::Result<()> {
             &[pct((correct, count)), pct(one_device), pct(forgot_eval)],
         ),
     )?;
+    // The SyncBN run's metrics: loss and accuracy over every rank's rows,
+    // summed with one all-reduce per step and written by rank 0 alone.
+    let mut loss = Vec::new();
+    for line in metrics.lines() {
+        let v: serde_json::Value = serde_json::from_str(line)?;
+        if v["kind"] == "step" {
+            let step = v["step"].as_f64().context("a step line without step")?;
+            loss.push([step, v["loss"].as_f64().unwrap_or(f64::NAN)]);
+        }
+    }
+    std::fs::write(run.dir().join("metrics.jsonl"), &metrics)?;
+    println!(
+        "\nmetrics: rank 0 logged {} steps of the SyncBN run's loss and accuracy over all {world} \
+         ranks' rows to metrics.jsonl (JSON lines: no maintained crate writes TensorBoard's event \
+         files, so the chart below stands in for it)",
+        loss.len()
+    );
+    run.figure(
+        Figure::lines(
+            "training-loss",
+            &format!("SyncBN training loss over all {world} ranks' rows, logged by rank 0 (lower is better)"),
+            "step",
+            "cross-entropy",
+        )
+        .with(FigureSeries::measured("mean over every rank's rows", loss)),
+    )?;
     let out = run.finish()?;
     println!(
-        "\nCharts in {}: running-mean-spread.svg, test-accuracy.svg, inference.svg.",
+        "\nCharts in {}: running-mean-spread.svg, test-accuracy.svg, inference.svg, training-loss.svg.",
         out.display()
     );
     Ok(())

@@ -7,7 +7,7 @@ const LAB: &str = env!("CARGO_BIN_EXE_lab12-ddp-recipes");
 /// The reference solution's quick run trains local BN, local BN with the
 /// buffer broadcast and SyncBN on 4 ranks, runs the save/barrier/load recipe
 /// and the one-device inference, checkpoints both ways with PyTorch, and draws
-/// its three figures. SyncBN's ranks
+/// its four figures; rank 0's metrics of the SyncBN run are in the folder. SyncBN's ranks
 /// keep identical running statistics; local BN's do not.
 #[test]
 fn quick_run_with_the_solution_trains_each_bn_mode_and_draws() {
@@ -21,7 +21,12 @@ fn quick_run_with_the_solution_trains_each_bn_mode_and_draws() {
     assert!(run.stdout.contains("(the same: yes)"), "{}", run.stdout);
     // Both directions of the PyTorch interop (the test suite's set-up makes
     // the venv; without it the lab says "skipped" and this fails).
-    assert_eq!(run.stdout.matches(": the same").count(), 2, "{}", run.stdout);
+    assert_eq!(
+        run.stdout.matches(": the same").count(),
+        2,
+        "{}",
+        run.stdout
+    );
     let spread = run
         .results
         .figures
@@ -38,7 +43,8 @@ fn quick_run_with_the_solution_trains_each_bn_mode_and_draws() {
     };
     assert!(last("local BN") > 0.0, "{spread:?}");
     assert_eq!(last("SyncBN"), 0.0, "{spread:?}");
-    run.assert_figures(&["running-mean-spread", "test-accuracy", "inference"]);
+    assert!(run.dir.join("metrics.jsonl").is_file());
+    run.assert_figures(&["running-mean-spread", "test-accuracy", "inference", "training-loss"]);
 }
 
 /// The lab system's promise: the unsolved starter fails fast with an error

@@ -3,8 +3,9 @@
 //! lab 12; and the per-rank running statistics of a training, to compare
 //! local BN, local BN with DDP's buffer broadcast, and SyncBN.
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use collectives::{Communicator, Input};
 use tch::nn::{self, OptimizerConfig};
@@ -17,6 +18,8 @@ use crate::data::Dataset;
 /// the reference moved).
 pub use crate::ddp::check::Equivalence;
 use crate::ddp::check::{max_diff, snapshot, with_data_ranks};
+use crate::metrics::{Metrics, StepRecord};
+use crate::train::Tally;
 use crate::{Error, Result};
 
 /// The checks' model: two hidden layers of 64, each with batch norm.
@@ -64,7 +67,7 @@ fn rows(data: &Dataset, start: usize, n: usize) -> Result<(Tensor, Tensor)> {
 }
 
 /// One data-parallel step: forward, backward, gradients averaged over the
-/// ranks, SGD.
+/// ranks, SGD. Returns this rank's loss and hits on its rows.
 fn step(
     comm: &dyn Communicator,
     m: &BnMlp,
@@ -72,18 +75,19 @@ fn step(
     opt: &mut nn::Optimizer,
     x: &Tensor,
     y: &Tensor,
-) -> Result<f64> {
+) -> Result<Tally> {
     opt.zero_grad();
     let fwd = m.forward(comm, x, true)?;
+    let mut tally = Tally::new();
+    tally.add_batch(&fwd.logits, y)?;
     let l = loss(&fwd.logits, y)?;
-    let value = l.f_double_value(&[])?;
     m.backward(comm, fwd, &l)?;
     if comm.world_size() > 1 {
         let grads: Vec<Tensor> = vs.trainable_variables().iter().map(|v| v.grad()).collect();
         all_reduce_mean_flat(comm, &grads)?;
     }
     opt.step();
-    Ok(value)
+    Ok(tally)
 }
 
 /// SyncBN (with `moments`) on `world` ranks of `b` rows against libtorch's
@@ -142,6 +146,9 @@ pub struct BnMode {
     /// Whether rank 0's running statistics are broadcast before every
     /// forward (PyTorch DDP's `broadcast_buffers=True`, its default).
     pub broadcast_buffers: bool,
+    /// Where rank 0 writes each step's loss and accuracy over *every* rank's
+    /// rows (summed exactly with one all-reduce), as JSON lines.
+    pub metrics: Option<PathBuf>,
 }
 
 /// What one rank of [`running_stats`] ended with.
@@ -150,7 +157,7 @@ pub struct Trained {
     pub running_means: Vec<Tensor>,
     /// Its variables at the end.
     pub variables: Vec<(String, Tensor)>,
-    /// Its losses.
+    /// Its loss on its own rows, each step.
     pub losses: Vec<f64>,
 }
 
@@ -171,7 +178,12 @@ pub fn running_stats(
         let mut running_means = Vec::new();
         let mut losses = Vec::new();
         let n = d.labels.size()[0] as usize;
+        let mut metrics = match &mode.metrics {
+            Some(path) => Some(Metrics::new(rank, world, Some(path), false)?.progress(false)),
+            None => None,
+        };
         for s in 0..steps {
+            let t0 = Instant::now();
             if mode.broadcast_buffers {
                 for t in m.buffers() {
                     let mut t = t;
@@ -180,8 +192,24 @@ pub fn running_stats(
             }
             let start = (s * world * b + rank * b) % (n - b).max(1);
             let (x, y) = rows(&d, start, b)?;
-            losses.push(step(comm.as_ref(), &m, &vs, &mut opt, &x, &y)?);
+            let mut tally = step(comm.as_ref(), &m, &vs, &mut opt, &x, &y)?;
+            losses.push(tally.loss());
             running_means.push(m.buffers()[0].copy());
+            if let Some(metrics) = &mut metrics {
+                // Every rank takes part; only rank 0's Metrics writes.
+                tally.all_reduce(comm.as_ref())?;
+                metrics.step(&StepRecord {
+                    epoch: 0,
+                    step: s as u64 + 1,
+                    loss: tally.loss(),
+                    accuracy: tally.accuracy(),
+                    samples_per_s: tally.count() as f64 / t0.elapsed().as_secs_f64(),
+                    lr: LR,
+                })?;
+            }
+        }
+        if let Some(metrics) = &mut metrics {
+            metrics.flush()?;
         }
         Ok(Trained {
             running_means,

@@ -49,14 +49,17 @@ fn local_bn_running_statistics_diverge_across_ranks_and_sync_bn_or_a_broadcast_k
     let local = spread(BnMode {
         norm: Norm::Local,
         broadcast_buffers: false,
+        metrics: None,
     });
     let broadcast = spread(BnMode {
         norm: Norm::Local,
         broadcast_buffers: true,
+        metrics: None,
     });
     let sync = spread(BnMode {
         norm: Norm::Sync(Arc::new(SyncMoments)),
         broadcast_buffers: false,
+        metrics: None,
     });
     assert!(local > 1e-3, "local BN: {local}");
     // The broadcast happens before each forward; the last step then updates
@@ -64,4 +67,32 @@ fn local_bn_running_statistics_diverge_across_ranks_and_sync_bn_or_a_broadcast_k
     assert!(broadcast < local, "broadcast {broadcast} vs local {local}");
     // Identical statistics (the same all-reduced sums) on every rank.
     assert_eq!(sync, 0.0);
+}
+
+#[test]
+fn rank_zero_logs_the_loss_and_accuracy_of_every_ranks_rows() {
+    let data = synthetic(3 * 4 * 6, 11).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("metrics.jsonl");
+    let mode = BnMode {
+        norm: Norm::Sync(Arc::new(SyncMoments)),
+        broadcast_buffers: false,
+        metrics: Some(path.clone()),
+    };
+    let ranks = check::running_stats(&check::SIZES, 3, 4, 6, &data, mode).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let steps: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &serde_json::Value| v["kind"] == "step")
+        .collect();
+    assert_eq!(steps.len(), 6, "{text}");
+    for (s, v) in steps.iter().enumerate() {
+        // Equal rows per rank: the mean over all rows is the mean of the
+        // ranks' means (the tally sums in fixed point, so to ~1e-9).
+        let mean: f64 = ranks.iter().map(|r| r.losses[s]).sum::<f64>() / 3.0;
+        let logged = v["loss"].as_f64().unwrap();
+        assert!((logged - mean).abs() < 1e-6, "step {s}: {logged} vs {mean}");
+        assert_eq!(v["step"].as_u64().unwrap(), s as u64 + 1);
+    }
 }
