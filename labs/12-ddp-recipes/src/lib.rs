@@ -163,3 +163,114 @@ pub fn distributed_accuracy(
         .next()
         .unwrap_or_else(|| Err(trainers::Error::InvalidArgument("no ranks".into())))
 }
+
+/// What [`resume`] found.
+#[derive(Debug, Clone)]
+pub struct Resumed {
+    /// Where the interrupted run stopped: (epoch, batch in the epoch, step).
+    pub stopped_at: (u64, u64, u64),
+    /// Largest |Δ| of any variable between the resumed run and the
+    /// uninterrupted one, on any rank.
+    pub max_diff: f64,
+}
+
+/// Mid-epoch resume under DDP with SyncBN, `world` ranks of `b` rows,
+/// DistributedSampler order (seed 0): one run trains `steps` steps straight;
+/// another trains `stop` steps, saves (rank 0 writes, the others wait:
+/// [`trainers::checkpoint::save_distributed`]), then every rank loads the file into
+/// a fresh model and optimizer, skips the batches of the epoch already seen,
+/// and trains to `steps`. The two must end equal to the bit (same data, same
+/// operations in the same order).
+pub fn resume(
+    world: usize,
+    b: usize,
+    stop: u64,
+    steps: u64,
+    data: &Dataset,
+    file: &std::path::Path,
+) -> trainers::Result<Resumed> {
+    use trainers::checkpoint::{self, TrainState};
+    use trainers::optim::{Sgd, SgdConfig};
+    use trainers::sampler::DistributedSampler;
+
+    let out = trainers::ddp::check::with_data_ranks(
+        world,
+        data,
+        Duration::from_secs(60),
+        |rank, comm, d| {
+            let comm = comm.as_ref();
+            let fresh = || -> trainers::Result<(nn::VarStore, BnMlp, Sgd)> {
+                let (vs, m) =
+                    check::model(&[784, 64, 64, 10], Norm::Sync(Arc::new(SyncMoments)), 12)?;
+                let sgd = Sgd::new(&vs, SgdConfig::new(0.05).momentum(0.9))?;
+                Ok((vs, m, sgd))
+            };
+            // Trains from `state` until `until` steps, in the sampler's order.
+            let train = |vs: &nn::VarStore,
+                         m: &BnMlp,
+                         sgd: &mut Sgd,
+                         state: &mut TrainState,
+                         until: u64|
+             -> trainers::Result<()> {
+                let mut sampler =
+                    DistributedSampler::new(d.len(), world, rank)?.with_seed(state.seed);
+                while state.step < until {
+                    sampler.set_epoch(state.epoch);
+                    let order = sampler.indices();
+                    let batches = (order.len() / b) as u64;
+                    while state.batch_in_epoch < batches && state.step < until {
+                        let at = state.batch_in_epoch as usize * b;
+                        let (x, y) = d.batch(&order[at..at + b])?;
+                        sgd.zero_grad();
+                        let fwd = m.forward(comm, &x, true)?;
+                        let l = check::loss(&fwd.logits, &y)?;
+                        m.backward(comm, fwd, &l)?;
+                        let grads: Vec<Tensor> =
+                            vs.trainable_variables().iter().map(|v| v.grad()).collect();
+                        trainers::comm::all_reduce_mean_flat(comm, &grads)?;
+                        sgd.step()?;
+                        state.batch_in_epoch += 1;
+                        state.step += 1;
+                    }
+                    if state.batch_in_epoch == batches {
+                        state.epoch += 1;
+                        state.batch_in_epoch = 0;
+                    }
+                }
+                Ok(())
+            };
+            // Straight through.
+            let (vs, m, mut sgd) = fresh()?;
+            let mut state = TrainState::default();
+            train(&vs, &m, &mut sgd, &mut state, steps)?;
+            let straight = trainers::ddp::check::snapshot(&vs);
+            // Interrupted at `stop`, saved, loaded into fresh objects, resumed.
+            let (vs, m, mut sgd) = fresh()?;
+            let mut state = TrainState::default();
+            train(&vs, &m, &mut sgd, &mut state, stop)?;
+            checkpoint::save_distributed(comm, file, &vs, Some(&sgd), &state)?;
+            let stopped_at = (state.epoch, state.batch_in_epoch, state.step);
+            let (vs, m, mut sgd) = fresh()?;
+            let mut state = checkpoint::load(file, &vs, Some(&mut sgd))?;
+            train(&vs, &m, &mut sgd, &mut state, steps)?;
+            let resumed = trainers::ddp::check::snapshot(&vs);
+            Ok((
+                stopped_at,
+                trainers::ddp::check::max_diff(&resumed, &straight)?,
+            ))
+        },
+    )?;
+    let mut max_diff = 0f64;
+    let mut stopped_at = (0, 0, 0);
+    for r in out {
+        let (at, d) = r?;
+        stopped_at = at;
+        if d.is_nan() || d > max_diff {
+            max_diff = d;
+        }
+    }
+    Ok(Resumed {
+        stopped_at,
+        max_diff,
+    })
+}

@@ -18,7 +18,7 @@ use anyhow::Context;
 use clap::Parser;
 use lab12_ddp_recipes::{
     EVAL_ROWS, TOLERANCE, distributed_accuracy, fashion_mnist, judge, lab_error, moments,
-    plain_model, tally,
+    plain_model, resume, tally,
 };
 use labkit::{Run, Variant};
 use measure::{Figure, FigureSeries};
@@ -226,6 +226,29 @@ fn run(mut args: Args) -> anyhow::Result<()> {
         }
     }
     println!("  with the prefix consumed, all {world} ranks hold rank 0's weights to the bit");
+
+    // Mid-epoch resume: 50 batches per epoch, stopped inside the second.
+    let subset = train.head(world * 16 * 50).map_err(lab_error)?;
+    let r =
+        resume(world, 16, 75, 120, &subset, &dir.join("resume.safetensors")).map_err(lab_error)?;
+    let (epoch, batch, step) = r.stopped_at;
+    println!(
+        "  resume: stopped at epoch {epoch}, batch {batch} (step {step}), saved by rank 0, loaded \
+         by every rank with its momentum and the sampler's place, resumed to step 120: max |Δ| \
+         from the uninterrupted run {:e}{}",
+        r.max_diff,
+        if r.max_diff == 0.0 {
+            " (bit-identical)"
+        } else {
+            ""
+        }
+    );
+    if r.max_diff != 0.0 {
+        anyhow::bail!(
+            "the resumed run differs from the uninterrupted one by {:e}",
+            r.max_diff
+        );
+    }
 
     println!("\ninference on one device of the DDP-trained (SyncBN) model:");
     let (correct, count) =

@@ -19,6 +19,7 @@ fn quick_run_with_the_solution_trains_each_bn_mode_and_draws() {
         run.stdout
     );
     assert!(run.stdout.contains("(the same: yes)"), "{}", run.stdout);
+    assert!(run.stdout.contains("(bit-identical)"), "{}", run.stdout);
     // Both directions of the PyTorch interop (the test suite's set-up makes
     // the venv; without it the lab says "skipped" and this fails).
     assert_eq!(
@@ -44,7 +45,12 @@ fn quick_run_with_the_solution_trains_each_bn_mode_and_draws() {
     assert!(last("local BN") > 0.0, "{spread:?}");
     assert_eq!(last("SyncBN"), 0.0, "{spread:?}");
     assert!(run.dir.join("metrics.jsonl").is_file());
-    run.assert_figures(&["running-mean-spread", "test-accuracy", "inference", "training-loss"]);
+    run.assert_figures(&[
+        "running-mean-spread",
+        "test-accuracy",
+        "inference",
+        "training-loss",
+    ]);
 }
 
 /// The lab system's promise: the unsolved starter fails fast with an error

@@ -48,7 +48,8 @@ fn sgd(vs: &nn::VarStore) -> Result<nn::Optimizer> {
     .build(vs, LR)?)
 }
 
-fn loss(logits: &Tensor, y: &Tensor) -> Result<Tensor> {
+/// The mean cross-entropy of `logits` against class labels `y`.
+pub fn loss(logits: &Tensor, y: &Tensor) -> Result<Tensor> {
     Ok(logits.f_cross_entropy_loss::<Tensor>(y, None, tch::Reduction::Mean, -100, 0.0)?)
 }
 
