@@ -19,7 +19,7 @@ use crate::{Error, Result, models};
 
 /// Learning rate of the checks' SGD (momentum 0.9): large enough that 10
 /// steps move every parameter well beyond the tolerance.
-const LR: f64 = 0.05;
+pub const LR: f64 = 0.05;
 
 /// What an equivalence check measured (this module's [`equivalence`], and
 /// the ZeRO and SyncBatchNorm checks').
@@ -167,7 +167,9 @@ fn single_process(
     Ok(snapshot(&vs))
 }
 
-fn sgd(vs: &nn::VarStore) -> Result<nn::Optimizer> {
+/// The equivalence checks' optimizer: libtorch's SGD, momentum 0.9, rate
+/// [`LR`].
+pub fn sgd(vs: &nn::VarStore) -> Result<nn::Optimizer> {
     Ok(nn::Sgd {
         momentum: 0.9,
         ..Default::default()

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use collectives::{Communicator, Input};
-use tch::nn::{self, OptimizerConfig};
+use tch::nn;
 use tch::{Device, Tensor};
 
 use super::{BnMlp, Moments, Norm};
@@ -17,14 +17,13 @@ use crate::data::Dataset;
 /// What [`equivalence`] measured (DDP's check's: the largest difference, and how far
 /// the reference moved).
 pub use crate::ddp::check::Equivalence;
-use crate::ddp::check::{max_diff, snapshot, with_data_ranks};
+use crate::ddp::check::{LR, max_diff, sgd, snapshot, with_data_ranks};
 use crate::metrics::{Metrics, StepRecord};
 use crate::train::Tally;
 use crate::{Error, Result};
 
 /// The checks' model: two hidden layers of 64, each with batch norm.
 pub const SIZES: [i64; 4] = [784, 64, 64, 10];
-const LR: f64 = 0.05;
 
 static DRAW: Mutex<()> = Mutex::new(());
 
@@ -38,14 +37,6 @@ pub fn model(sizes: &[i64], norm: Norm, seed: i64) -> Result<(nn::VarStore, BnMl
     let vs = nn::VarStore::new(Device::Cpu);
     let m = BnMlp::new(&vs.root(), sizes, norm)?;
     Ok((vs, m))
-}
-
-fn sgd(vs: &nn::VarStore) -> Result<nn::Optimizer> {
-    Ok(nn::Sgd {
-        momentum: 0.9,
-        ..Default::default()
-    }
-    .build(vs, LR)?)
 }
 
 /// The mean cross-entropy of `logits` against class labels `y`.

@@ -8,18 +8,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tch::nn::{self, OptimizerConfig};
+use tch::nn;
 use tch::{Device, Tensor};
 
 use super::{AllReduceRow, RowForward, TpConfig, TpModel, shard};
 use crate::data::Dataset;
-use crate::ddp::check::with_data_ranks;
+use crate::ddp::check::{sgd, with_data_ranks};
 use crate::traffic::{Counted, Metered, Traffic};
 use crate::{Error, Result};
 
-/// Learning rate of the check's SGD (momentum 0.9): 10 steps move every
-/// parameter well beyond the tolerance.
-const LR: f64 = 0.05;
 /// Seed of the unsplit model's parameters.
 const SEED: i64 = 14;
 
@@ -39,14 +36,6 @@ pub struct Equivalence {
     pub forward_all_reduces: Vec<u64>,
     /// All-reduce calls of each step's backward, rank 0.
     pub backward_all_reduces: Vec<u64>,
-}
-
-fn sgd(vs: &nn::VarStore) -> Result<nn::Optimizer> {
-    Ok(nn::Sgd {
-        momentum: 0.9,
-        ..Default::default()
-    }
-    .build(vs, LR)?)
 }
 
 fn rows(data: &Dataset, start: usize, n: usize) -> Result<(Tensor, Tensor)> {
