@@ -19,6 +19,7 @@ use tch::Device;
 use trainers::checkpoint::{self, TrainState};
 use trainers::data::{self, DataArgs, Dataset, Split};
 use trainers::ddp::{Ddp, DdpOptions, StageSplit};
+use trainers::lr::{LrSchedule, Scaling};
 use trainers::metrics::{EpochRecord, Metrics, StepRecord};
 use trainers::models::Arch;
 use trainers::optim::{Sgd, SgdConfig};
@@ -49,10 +50,20 @@ struct Args {
     /// Batch size per rank.
     #[arg(long, default_value_t = 64)]
     batch: usize,
-    /// Learning rate [default: 0.01 × world size, linear scaling in the ranks;
-    /// --accumulate does not change it].
-    #[arg(long)]
+    /// Learning rate, as given: no scaling rule, no warm-up [default: set by
+    /// --lr-scaling].
+    #[arg(long, conflicts_with_all = ["lr_scaling", "lr_warmup"])]
     lr: Option<f64>,
+    /// How the rate grows from 0.01 (tuned for one rank's --batch): `ranks`
+    /// multiplies it by the rank count (--accumulate does not change it);
+    /// `linear` and `sqrt` scale it by k or √k, k = ranks × --accumulate (the
+    /// effective batch over --batch); `none` keeps 0.01.
+    #[arg(long, default_value = "ranks", value_parser = ["ranks", "linear", "sqrt", "none"])]
+    lr_scaling: String,
+    /// Optimizer steps over which the rate rises linearly from 0.01 to the
+    /// scaled rate (Goyal et al.'s warm-up).
+    #[arg(long, default_value_t = 0, value_name = "STEPS")]
+    lr_warmup: u64,
     /// SGD momentum.
     #[arg(long, default_value_t = 0.9)]
     momentum: f64,
@@ -213,7 +224,8 @@ fn run(
         _ => std::sync::Arc::new(trainers::ddp::Standard),
     };
     let mut ddp = Ddp::with_sync(model, &vs, comm, ddp_opts, sync)?;
-    let lr = args.lr.unwrap_or(0.01 * world as f64);
+    let schedule = lr_schedule(&args, world)?;
+    let mut lr = schedule.lr_at(0);
     let mut opt = Sgd::new(&vs, SgdConfig::new(lr).momentum(args.momentum))?;
     let ckpt = args.checkpoint.as_ref().map(|d| d.join("last.safetensors"));
     let mut state = TrainState {
@@ -289,7 +301,7 @@ fn run(
             args.job.backend,
             trainers::models::param_count(&vs),
             batch_line(args.batch, args.accumulate, world),
-            lr_line(args.lr, args.accumulate, world),
+            lr_line(&args, world, &schedule),
             ddp.bucket_bytes(),
             ddp.stage_labels(),
             trainers::torch_info()
@@ -336,6 +348,10 @@ fn run(
                 break;
             }
             let t0 = Instant::now();
+            // The step counter is in the checkpoint, so a resumed run picks up
+            // the warm-up where it was.
+            lr = schedule.lr_at(state.step);
+            opt.set_lr(lr)?;
             let mut loss = 0.0;
             let (count0, correct0) = (tally.count(), tally.correct());
             for micro in 0..args.accumulate {
@@ -584,25 +600,43 @@ fn batch_line(batch: usize, accumulate: usize, world: usize) -> String {
     )
 }
 
-/// The learning rate and the rule that set it. The default scales linearly with
-/// the rank count only; nothing scales it with --accumulate, so say what linear
-/// scaling in the whole effective batch would give.
-fn lr_line(given: Option<f64>, accumulate: usize, world: usize) -> String {
-    let linear = 0.01 * (world * accumulate) as f64;
-    match given {
-        None if accumulate == 1 => format!(
-            "lr {} (0.01 × {world} rank(s): linear scaling with the rank count)",
-            0.01 * world as f64
-        ),
-        None => format!(
-            "lr {} (0.01 × {world} rank(s); unchanged by --accumulate {accumulate}: \
-             linear scaling in the effective batch would be {linear})",
-            0.01 * world as f64
-        ),
-        Some(lr) => format!(
+/// The learning-rate schedule `--lr`, `--lr-scaling` and `--lr-warmup` ask for
+/// (trainers' `lr::LrSchedule`): base 0.01 at one rank's batch.
+fn lr_schedule(args: &Args, world: usize) -> anyhow::Result<LrSchedule> {
+    let k = world * args.accumulate;
+    Ok(match (args.lr, args.lr_scaling.as_str()) {
+        (Some(lr), _) => LrSchedule::new(lr, 1, 1, Scaling::None, 0)?,
+        (None, "ranks") => LrSchedule::new(0.01, 1, world, Scaling::Linear, args.lr_warmup)?,
+        (None, rule) => LrSchedule::new(0.01, 1, k, rule.parse::<Scaling>()?, args.lr_warmup)?,
+    })
+}
+
+/// The learning rate and the rule that set it (and, for the default rule, what
+/// linear scaling in the whole effective batch would give).
+fn lr_line(args: &Args, world: usize, schedule: &LrSchedule) -> String {
+    let k = world * args.accumulate;
+    let linear = 0.01 * k as f64;
+    let warmup = match args.lr_warmup {
+        0 => String::new(),
+        n => format!(", warming up from 0.01 over {n} steps"),
+    };
+    let lr = schedule.target();
+    match (args.lr, args.lr_scaling.as_str()) {
+        (Some(lr), _) => format!(
             "lr {lr} as given (no rule applied; linear scaling from 0.01 per rank's \
              batch would be {linear})"
         ),
+        (None, "ranks") if args.accumulate == 1 => {
+            format!("lr {lr} (0.01 × {world} rank(s): linear scaling with the rank count{warmup})")
+        }
+        (None, "ranks") => format!(
+            "lr {lr} (0.01 × {world} rank(s); unchanged by --accumulate {}: linear scaling in \
+             the effective batch would be {linear}{warmup})",
+            args.accumulate
+        ),
+        (None, rule) => {
+            format!("lr {lr} (0.01 scaled by the {rule} rule for {k}× one rank's batch{warmup})")
+        }
     }
 }
 
@@ -714,12 +748,61 @@ mod tests {
             batch_line(64, 2, 3),
             "batch 64 per rank × 2 accumulated × 3 rank(s) = effective batch 384"
         );
-        let l = lr_line(None, 2, 1);
+        let line = |argv: &[&str], world: usize| {
+            let args = Args::try_parse_from([&["ringside-train"], argv].concat()).unwrap();
+            lr_line(&args, world, &lr_schedule(&args, world).unwrap())
+        };
+        let l = line(&["--accumulate", "2"], 1);
         assert!(
             l.starts_with("lr 0.01 ") && l.contains("would be 0.02"),
             "{l}"
         );
-        assert!(lr_line(None, 1, 4).contains("linear scaling with the rank count"));
-        assert!(lr_line(Some(0.05), 1, 1).contains("as given (no rule applied"));
+        assert!(line(&[], 4).contains("linear scaling with the rank count"));
+        assert!(line(&["--lr", "0.05"], 1).contains("as given (no rule applied"));
+        let l = line(
+            &[
+                "--lr-scaling",
+                "sqrt",
+                "--accumulate",
+                "4",
+                "--lr-warmup",
+                "100",
+            ],
+            4,
+        );
+        assert!(
+            l.starts_with("lr 0.04 ") && l.contains("sqrt rule for 16×"),
+            "{l}"
+        );
+        assert!(l.contains("over 100 steps"), "{l}");
+    }
+
+    #[test]
+    fn the_schedule_follows_the_rule_and_warms_up() {
+        let schedule = |argv: &[&str], world: usize| {
+            let args = Args::try_parse_from([&["ringside-train"], argv].concat()).unwrap();
+            lr_schedule(&args, world).unwrap()
+        };
+        assert_eq!(schedule(&[], 3).target(), 0.01 * 3.0);
+        let s = schedule(
+            &[
+                "--lr-scaling",
+                "linear",
+                "--accumulate",
+                "2",
+                "--lr-warmup",
+                "10",
+            ],
+            2,
+        );
+        assert!((s.target() - 0.04).abs() < 1e-15);
+        assert_eq!(s.lr_at(0), 0.01);
+        assert!((s.lr_at(5) - 0.025).abs() < 1e-12);
+        assert_eq!(s.lr_at(10), s.target());
+        assert_eq!(schedule(&["--lr-scaling", "none"], 8).target(), 0.01);
+        // A rate as given takes no rule and no warm-up.
+        assert!(
+            Args::try_parse_from(["ringside-train", "--lr", "0.1", "--lr-warmup", "5"]).is_err()
+        );
     }
 }
