@@ -224,7 +224,7 @@ fn run(
         _ => std::sync::Arc::new(trainers::ddp::Standard),
     };
     let mut ddp = Ddp::with_sync(model, &vs, comm, ddp_opts, sync)?;
-    let schedule = lr_schedule(&args, world)?;
+    let schedule = lr_schedule(args, world)?;
     let mut lr = schedule.lr_at(0);
     let mut opt = Sgd::new(&vs, SgdConfig::new(lr).momentum(args.momentum))?;
     let ckpt = args.checkpoint.as_ref().map(|d| d.join("last.safetensors"));
@@ -301,7 +301,7 @@ fn run(
             args.job.backend,
             trainers::models::param_count(&vs),
             batch_line(args.batch, args.accumulate, world),
-            lr_line(&args, world, &schedule),
+            lr_line(args, world, &schedule),
             ddp.bucket_bytes(),
             ddp.stage_labels(),
             trainers::torch_info()
