@@ -25,10 +25,13 @@
 //! published gradients are memory the threads share behind a lock (a push or
 //! a pull is a copy, not a message), so these trainers compare *when* workers
 //! wait, not what a network costs; DDP's all-reduce goes through the
-//! communicator. A straggler ([`Straggler`]) sleeps after each step for
+//! communicator. What a network costs is [`sharded_ps`]'s part: a synchronous
+//! parameter server whose pushes and pulls are messages, for processes on
+//! different hosts. A straggler ([`Straggler`]) sleeps after each step for
 //! (slowdown − 1) times the time the step took.
 
 pub mod check;
+pub mod sharded_ps;
 #[cfg(test)]
 mod tests;
 

@@ -1,7 +1,9 @@
 //! Simulated hosts on one Linux machine: one network namespace per "node",
 //! each with its own `eth0` joined to the others through a bridge, so ranks
 //! talk over a real (virtual) Ethernet with its own addresses, as on a cluster;
-//! links can be shaped with `tc` (a token bucket per node's egress).
+//! links can be shaped with `tc` (a token bucket per node's egress) and, in
+//! place of the bridge, given a one-way delay by a switch in user space
+//! ([`Hosts::create_with_delay`]; this kernel has no `sch_netem`).
 //!
 //! Needs root (CAP_NET_ADMIN) and `ip`/`tc` (Debian's iproute2):
 //! [`Hosts::available`] says why not otherwise. Names carry this process's
@@ -10,8 +12,13 @@
 //! ([`remove_stale`], called by [`Hosts::create`]). [`Hosts`] removes its
 //! own on drop.
 
+mod delay_line;
+
 use std::net::Ipv4Addr;
 use std::process::{Command, Output};
+use std::time::Duration;
+
+use delay_line::DelayLine;
 
 /// Why simulated hosts could not be made or shaped.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +84,9 @@ pub fn shape_args(dev: &str, link: Link) -> Vec<String> {
 pub struct Hosts {
     prefix: String,
     nodes: usize,
+    /// The user-space switch, when the hosts have a delay instead of a bridge.
+    delay_line: Option<DelayLine>,
+    delay: Duration,
 }
 
 impl Hosts {
@@ -124,6 +134,8 @@ impl Hosts {
         let mut hosts = Hosts {
             prefix: prefix.clone(),
             nodes: 0,
+            delay_line: None,
+            delay: Duration::ZERO,
         };
         let bridge = format!("{prefix}br");
         ip(&["link", "add", &bridge, "type", "bridge"])?;
@@ -138,12 +150,61 @@ impl Hosts {
             ])?;
             ip(&["link", "set", &outer, "master", &bridge])?;
             ip(&["link", "set", &outer, "up"])?;
-            let addr = format!("{}/24", hosts.addr(k));
-            ip(&["-n", &ns, "addr", "add", &addr, "dev", "eth0"])?;
-            ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
-            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+            hosts.address(k)?;
         }
         Ok(hosts)
+    }
+
+    /// Makes `nodes` hosts as [`Hosts::create`] does, but joined by a switch
+    /// in this process that delivers every frame `one_way` after it was sent
+    /// (so a round trip takes twice that) instead of by a bridge: host k's
+    /// `eth0` is a TAP device whose frames this process relays. The switch
+    /// runs while the `Hosts` lives.
+    pub fn create_with_delay(nodes: usize, one_way: Duration) -> Result<Hosts, HostsError> {
+        Hosts::available()?;
+        remove_stale();
+        let prefix = format!("rsd{}", std::process::id());
+        let mut hosts = Hosts {
+            prefix: prefix.clone(),
+            nodes: 0,
+            delay_line: None,
+            delay: one_way,
+        };
+        let mut taps = Vec::new();
+        for k in 0..nodes {
+            let ns = hosts.namespace(k);
+            ip(&["netns", "add", &ns])?;
+            hosts.nodes = k + 1;
+            let tap = format!("{prefix}t{k}");
+            taps.push(delay_line::open_tap(&tap)?);
+            ip(&["link", "set", &tap, "netns", &ns])?;
+            ip(&["-n", &ns, "link", "set", &tap, "name", "eth0"])?;
+            hosts.address(k)?;
+        }
+        let line = DelayLine::start(taps, one_way);
+        if !line.running() {
+            return Err(HostsError::Unavailable(
+                "the delay line's thread did not start".into(),
+            ));
+        }
+        hosts.delay_line = Some(line);
+        Ok(hosts)
+    }
+
+    /// Host k's addresses and links up.
+    fn address(&self, k: usize) -> Result<(), HostsError> {
+        let ns = self.namespace(k);
+        let addr = format!("{}/24", self.addr(k));
+        ip(&["-n", &ns, "addr", "add", &addr, "dev", "eth0"])?;
+        ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
+        ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+        Ok(())
+    }
+
+    /// The one-way delay between hosts that [`Hosts::create_with_delay`]
+    /// added (zero for a bridge).
+    pub fn delay(&self) -> Duration {
+        self.delay
     }
 
     /// Number of hosts.
@@ -200,6 +261,8 @@ impl Hosts {
 
 impl Drop for Hosts {
     fn drop(&mut self) {
+        // The switch first: its TAP devices go when it closes them.
+        self.delay_line.take();
         remove(&self.prefix);
     }
 }
@@ -304,5 +367,72 @@ mod tests {
         assert!(list(()).contains(&ns));
         drop(hosts);
         assert!(!list(()).contains(&ns));
+    }
+
+    /// Runs `f` on a thread inside `ns`'s network namespace.
+    fn in_namespace<T: Send + 'static>(
+        ns: &str,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> std::thread::JoinHandle<T> {
+        let path = format!("/var/run/netns/{ns}");
+        std::thread::spawn(move || {
+            let file = std::fs::File::open(&path).unwrap();
+            // SAFETY: a namespace file's descriptor; setns moves this thread only.
+            let rc =
+                unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) };
+            assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+            f()
+        })
+    }
+
+    /// As root: a byte sent from host 1 to host 0 and back takes the delay
+    /// line's round trip (twice the one-way delay), not the veth's microseconds.
+    #[test]
+    fn the_delay_line_holds_every_frame_for_its_delay() {
+        use std::io::{Read, Write};
+        if let Err(e) = Hosts::available() {
+            println!("skipped: {e}");
+            return;
+        }
+        let one_way = Duration::from_millis(30);
+        let hosts = Hosts::create_with_delay(2, one_way).unwrap();
+        assert_eq!(hosts.delay(), one_way);
+        let server_addr = hosts.addr(0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let server = in_namespace(&hosts.namespace(0), move || {
+            let l = std::net::TcpListener::bind((server_addr, 0)).unwrap();
+            tx.send(l.local_addr().unwrap().port()).unwrap();
+            let (mut s, _) = l.accept().unwrap();
+            let mut b = [0u8; 1];
+            for _ in 0..3 {
+                s.read_exact(&mut b).unwrap();
+                s.write_all(&b).unwrap();
+            }
+        });
+        let port = rx.recv().unwrap();
+        let client = in_namespace(&hosts.namespace(1), move || {
+            let mut s = std::net::TcpStream::connect((server_addr, port)).unwrap();
+            s.set_nodelay(true).unwrap();
+            let mut rtts = Vec::new();
+            let mut b = [7u8; 1];
+            for _ in 0..3 {
+                let t = std::time::Instant::now();
+                s.write_all(&b).unwrap();
+                s.read_exact(&mut b).unwrap();
+                rtts.push(t.elapsed());
+            }
+            rtts
+        });
+        let rtts = client.join().unwrap();
+        server.join().unwrap();
+        for rtt in rtts {
+            // At least the two one-way delays; the slack covers a busy 2-core
+            // machine's scheduling, far below another round trip.
+            assert!(rtt >= 2 * one_way, "round trip {rtt:?}");
+            assert!(
+                rtt < 2 * one_way + Duration::from_millis(25),
+                "round trip {rtt:?}"
+            );
+        }
     }
 }
