@@ -31,6 +31,7 @@
 //! (slowdown − 1) times the time the step took.
 
 pub mod check;
+pub mod network;
 pub mod sharded_ps;
 #[cfg(test)]
 mod tests;

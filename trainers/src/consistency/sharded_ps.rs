@@ -160,8 +160,14 @@ fn work(comm: &dyn Communicator, server: usize, shard: &mut [f32], grad: &[f32])
     Ok(())
 }
 
+/// Runs `body(rank, comms)` on `world` thread ranks, each with `per_rank`
+/// communicators over TCP (the transport the lab's hosts use).
 #[cfg(test)]
-mod tests {
+pub(super) fn ranks<T: Send>(
+    world: usize,
+    per_rank: usize,
+    body: impl Fn(usize, Vec<Box<dyn Communicator>>) -> T + Sync,
+) -> Vec<T> {
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -169,39 +175,34 @@ mod tests {
     use collectives::rendezvous::MemStore;
     use collectives::transport::TransportKind;
 
-    use super::*;
-
-    /// Runs `body(rank, comms)` on `world` thread ranks, each with `per_rank`
-    /// communicators over TCP (the transport the lab's hosts use).
-    fn ranks<T: Send>(
-        world: usize,
-        per_rank: usize,
-        body: impl Fn(usize, Vec<Box<dyn Communicator>>) -> T + Sync,
-    ) -> Vec<T> {
-        let store = Arc::new(MemStore::new(Duration::from_secs(30)));
-        std::thread::scope(|s| {
-            let threads: Vec<_> = (0..world)
-                .map(|rank| {
-                    let (store, body) = (store.clone(), &body);
-                    s.spawn(move || {
-                        let comms = (0..per_rank)
-                            .map(|j| {
-                                let mut opts = Options::new([3; 16]).unwrap();
-                                opts.transport = TransportKind::Tcp;
-                                opts.timeout = Duration::from_secs(30);
-                                opts.prefix = format!("shard{j}");
-                                let c = backends::reference(store.as_ref(), rank, world, &opts)
-                                    .unwrap();
-                                Box::new(c) as Box<dyn Communicator>
-                            })
-                            .collect();
-                        body(rank, comms)
-                    })
+    let store = Arc::new(MemStore::new(Duration::from_secs(30)));
+    std::thread::scope(|s| {
+        let threads: Vec<_> = (0..world)
+            .map(|rank| {
+                let (store, body) = (store.clone(), &body);
+                s.spawn(move || {
+                    let comms = (0..per_rank)
+                        .map(|j| {
+                            let mut opts = Options::new([3; 16]).unwrap();
+                            opts.transport = TransportKind::Tcp;
+                            opts.timeout = Duration::from_secs(30);
+                            opts.prefix = format!("shard{j}");
+                            let c =
+                                backends::reference(store.as_ref(), rank, world, &opts).unwrap();
+                            Box::new(c) as Box<dyn Communicator>
+                        })
+                        .collect();
+                    body(rank, comms)
                 })
-                .collect();
-            threads.into_iter().map(|t| t.join().unwrap()).collect()
-        })
-    }
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
 
     fn gradient(rank: usize, step: usize, len: usize) -> Vec<f32> {
         (0..len)
