@@ -5,11 +5,16 @@
 //! asynchronous parameter server, DDP, stale-synchronous with your bound),
 //! each without and with one worker several times slower; worker 0's view of
 //! the parameters is kept as it goes and evaluated afterwards. Workers are
-//! threads of this process. Writes `results/lab11/<UTC time>/`.
+//! threads of this process. Then, as root, a sharded parameter server against
+//! ring all-reduce between processes on simulated hosts, over an unshaped link
+//! and a long one ([`across_hosts`]). Writes `results/lab11/<UTC time>/`.
+
+mod across_hosts;
 
 use std::time::Duration;
 
-use clap::Parser;
+use across_hosts::{Setup, Via, latency_floor};
+use clap::{Parser, ValueEnum};
 use lab11_consistency_models::{bound, fashion_mnist, judge, lab_error};
 use labkit::{Run, Variant};
 use measure::{Figure, FigureSeries};
@@ -37,20 +42,73 @@ struct Args {
     /// How many times slower the straggler (the last worker) is.
     #[arg(long, default_value_t = 4.0)]
     slowdown: f64,
+    /// Simulated hosts for part 2 (one rank each).
+    #[arg(long, default_value_t = 4)]
+    hosts: usize,
+    /// Steps per rank in part 2.
+    #[arg(long, default_value_t = 30)]
+    net_steps: u64,
+    /// Hidden width of part 2's MLP: 2048 is 1.6 M parameters, 6.5 MB per
+    /// exchange (narrower: fewer bytes, and latency decides even unshaped).
+    #[arg(long, default_value_t = 2048)]
+    net_width: i64,
+    /// The long link's one-way delay in part 2, ms.
+    #[arg(long, default_value_t = 50)]
+    delay_ms: u64,
+    /// The long link's rate in part 2, Mbit/s.
+    #[arg(long, default_value_t = 1000)]
+    rate_mbit: u64,
     /// A short run (what CI runs).
     #[arg(long)]
     quick: bool,
+    /// What this process is (the lab starts itself as the ranks of part 2).
+    #[arg(long, value_enum, default_value = "lab", hide = true)]
+    role: Role,
+    /// How a rank's gradients travel (rank role).
+    #[arg(long, value_enum, default_value = "ps", hide = true)]
+    via: Via,
+    /// Test images rank 0 evaluates on (rank role).
+    #[arg(long, default_value_t = 5_000, hide = true)]
+    test_rows: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Role {
+    /// The whole lab (what a learner runs).
+    Lab,
+    /// A rank of part 2, inside a simulated host.
+    Rank,
 }
 
 fn main() -> std::process::ExitCode {
-    labkit::exit(run(Args::parse()), "")
+    let args = Args::parse();
+    labkit::exit(
+        match args.role {
+            Role::Lab => run(args),
+            Role::Rank => across_hosts::rank(
+                args.via,
+                args.net_steps,
+                args.batch,
+                args.test_rows,
+                &[args.net_width],
+            ),
+        },
+        "",
+    )
 }
 
 const HIDDEN: [i64; 1] = [256];
 
+/// SGD's learning rate, in both parts.
+const LR: f64 = 0.05;
+
 fn run(mut args: Args) -> anyhow::Result<()> {
     if args.quick {
         args.steps = 40;
+        args.hosts = 2;
+        args.net_steps = 10;
+        args.net_width = HIDDEN[0];
+        args.delay_ms = 10;
     }
     if args.workers < 2 {
         anyhow::bail!(
@@ -123,7 +181,7 @@ fn run(mut args: Args) -> anyhow::Result<()> {
                 workers: args.workers,
                 batch: args.batch,
                 steps: args.steps,
-                lr: 0.05,
+                lr: LR,
                 hidden: HIDDEN.to_vec(),
                 straggler: slow.then_some(Straggler {
                     worker: args.workers - 1,
@@ -151,6 +209,55 @@ fn run(mut args: Args) -> anyhow::Result<()> {
             walls.push((consistency.name(), slow, t.seconds));
         }
         figures.push(fig);
+    }
+
+    println!(
+        "\n2. A sharded parameter server against ring all-reduce, one process per simulated \
+         host ({} hosts, {} steps of {} rows each, the MLP 784→{}→10, SGD lr {LR})",
+        args.hosts, args.net_steps, args.batch, args.net_width
+    );
+    println!(
+        "  {:<18} {:<16} {:>9} {:>12} {:>8} {:>9}",
+        "link", "", "step ms", "exchange ms", "wall s", "accuracy"
+    );
+    let setup = Setup {
+        hosts: args.hosts,
+        steps: args.net_steps,
+        batch: args.batch,
+        delay: Duration::from_millis(args.delay_ms),
+        rate_mbit: args.rate_mbit,
+        width: args.net_width,
+    };
+    let mut across = Vec::new();
+    if let Some((measured, hosts_figures)) = across_hosts::run(&setup, test.len())? {
+        for pair in measured.chunks(2) {
+            if let [ps, ring] = pair {
+                let ratio = ring.step_ms / ps.step_ms;
+                println!(
+                    "  {}: {}",
+                    ps.link,
+                    if ratio >= 1.0 {
+                        format!("the sharded server's steps are {ratio:.2}× faster")
+                    } else {
+                        format!("the ring's steps are {:.2}× faster", 1.0 / ratio)
+                    }
+                );
+            }
+        }
+        across = hosts_figures
+            .iter()
+            .map(|f| format!("{}.svg", f.name))
+            .collect();
+        figures.extend(hosts_figures);
+        println!(
+            "  latency floor of one exchange on the long link: sharded PS {} × {} ms, ring \
+             all-reduce {} × {} ms ({} ring steps and the reference backend's agreement round)",
+            latency_floor(Via::Ps, args.hosts),
+            args.delay_ms,
+            latency_floor(Via::Ring, args.hosts),
+            args.delay_ms,
+            2 * (args.hosts - 1)
+        );
     }
 
     // Only now: a starter that fails above leaves no results folder behind.
@@ -193,8 +300,13 @@ fn run(mut args: Args) -> anyhow::Result<()> {
     )?;
     let dir = run.finish()?;
     println!(
-        "\nCharts in {}: accuracy-no-straggler.svg, accuracy-with-straggler.svg, wall-time.svg.",
-        dir.display()
+        "\nCharts in {}: accuracy-no-straggler.svg, accuracy-with-straggler.svg, wall-time.svg{}.",
+        dir.display(),
+        if across.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", across.join(", "))
+        }
     );
     Ok(())
 }
