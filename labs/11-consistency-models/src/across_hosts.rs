@@ -7,14 +7,14 @@
 //! evaluates them after training, so the evaluation costs no wall time.
 
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::ValueEnum;
 use collectives::algorithms::Algo;
 use collectives::rendezvous::store::{TOKEN_VAR, Token};
 use collectives::transport::TransportKind;
-use collectives::{Communicator, backends, job};
+use collectives::{BufferMut, Communicator, Input, ReduceOp, backends, job};
 use labkit::hosts::{Hosts, HostsError, Link, shape_args};
 use measure::{Figure, FigureSeries};
 use trainers::consistency::network::{Exchange, NetJob, train_rank};
@@ -56,6 +56,8 @@ pub struct Setup {
     pub rate_mbit: u64,
     /// The MLP's hidden width.
     pub width: i64,
+    /// Gradient sizes (bytes) the exchange sweep times.
+    pub sweep: Vec<u64>,
 }
 
 /// One configuration's result, from rank 0.
@@ -139,6 +141,33 @@ pub fn run(
             all.push(m);
         }
         figures.push(fig);
+        let swept = sweep(&hosts, &setup.sweep, &link)?;
+        let mut fig = Figure::lines(
+            &format!(
+                "exchange-{}",
+                if delayed { "long-link" } else { "unshaped" }
+            ),
+            &format!(
+                "{} hosts, {link} links: one exchange of the gradient, median of 3 (lower is better)",
+                setup.hosts
+            ),
+            "gradient, MiB",
+            "ms",
+        );
+        for via in [Via::Ps, Via::Ring] {
+            let pts: Vec<[f64; 2]> = swept
+                .iter()
+                .filter(|p| p.0 == via)
+                .map(|p| [p.1 as f64 / (1 << 20) as f64, p.2])
+                .collect();
+            let shown: Vec<String> = pts
+                .iter()
+                .map(|p| format!("{:.1} ms at {} MiB", p[1], p[0]))
+                .collect();
+            println!("  {:<18} {:<16} {}", link, via.name(), shown.join(", "));
+            fig = fig.with(FigureSeries::measured(via.name(), pts));
+        }
+        figures.push(fig);
     }
     Ok(Some((all, figures)))
 }
@@ -154,14 +183,9 @@ pub fn latency_floor(via: Via, n: usize) -> usize {
     }
 }
 
-/// One job: a process per host, rank 0's output parsed.
-fn job(
-    hosts: &Hosts,
-    setup: &Setup,
-    via: Via,
-    link: &str,
-    test_rows: usize,
-) -> anyhow::Result<Measured> {
+/// Starts this program with `args` on every host, one rank each (the
+/// variables `ringside launch` sets), and returns rank 0's output.
+fn ranks(hosts: &Hosts, args: &[String], what: &str) -> anyhow::Result<String> {
     let n = hosts.len();
     let token = Token::generate()?.to_string();
     let port = lab_port()?.to_string();
@@ -169,15 +193,7 @@ fn job(
     let mut children = Vec::new();
     for k in 0..n {
         let mut c = hosts.command(k, exe.as_os_str());
-        c.args(["--role", "rank", "--via"])
-            .arg(
-                via.to_possible_value()
-                    .map_or("ps".into(), |v| v.get_name().to_owned()),
-            )
-            .args(["--net-steps", &setup.steps.to_string()])
-            .args(["--batch", &setup.batch.to_string()])
-            .args(["--net-width", &setup.width.to_string()])
-            .args(["--test-rows", &test_rows.to_string()])
+        c.args(args)
             .envs([
                 ("RANK", k.to_string()),
                 ("WORLD_SIZE", n.to_string()),
@@ -206,12 +222,53 @@ fn job(
         }
     }
     if !failed.is_empty() {
-        bail!(
-            "the {} job over {link} links failed:\n{}",
-            via.name(),
-            failed.join("\n")
-        );
+        bail!("{what} failed:\n{}", failed.join("\n"));
     }
+    Ok(text)
+}
+
+/// The numbers after a line's first word.
+fn numbers(line: &str) -> Vec<f64> {
+    line.split_whitespace()
+        .skip(1)
+        .filter_map(|w| w.parse().ok())
+        .collect()
+}
+
+fn via_arg(via: Via) -> String {
+    via.to_possible_value()
+        .map_or("ps".into(), |v| v.get_name().to_owned())
+}
+
+/// One training job; rank 0's results.
+fn job(
+    hosts: &Hosts,
+    setup: &Setup,
+    via: Via,
+    link: &str,
+    test_rows: usize,
+) -> anyhow::Result<Measured> {
+    let args: Vec<String> = [
+        "--role",
+        "rank",
+        "--via",
+        &via_arg(via),
+        "--net-steps",
+        &setup.steps.to_string(),
+        "--batch",
+        &setup.batch.to_string(),
+        "--net-width",
+        &setup.width.to_string(),
+        "--test-rows",
+        &test_rows.to_string(),
+    ]
+    .map(String::from)
+    .to_vec();
+    let text = ranks(
+        hosts,
+        &args,
+        &format!("the {} job over {link} links", via.name()),
+    )?;
     let mut m = Measured {
         link: link.to_owned(),
         step_ms: 0.0,
@@ -220,12 +277,7 @@ fn job(
         curve: Vec::new(),
     };
     for line in text.lines() {
-        let nums: Vec<f64> = line
-            .split_whitespace()
-            .skip(1)
-            .filter_map(|w| w.parse().ok())
-            .collect();
-        match (line.split_whitespace().next(), nums.as_slice()) {
+        match (line.split_whitespace().next(), numbers(line).as_slice()) {
             (Some("@point"), [s, a]) => m.curve.push([*s, *a]),
             (Some("@times"), [step, ex, total]) => {
                 (m.step_ms, m.exchange_ms, m.seconds) = (*step, *ex, *total)
@@ -242,6 +294,116 @@ fn job(
     Ok(m)
 }
 
+/// The exchange alone at every size of `sizes` (bytes of f32 gradient),
+/// median of 3 after one warm-up, both ways: (via, bytes, ms) from rank 0.
+fn sweep(hosts: &Hosts, sizes: &[u64], link: &str) -> anyhow::Result<Vec<(Via, u64, f64)>> {
+    let sizes: Vec<String> = sizes.iter().map(u64::to_string).collect();
+    let mut args: Vec<String> = vec!["--role".into(), "sweep".into(), "--sizes".into()];
+    args.push(sizes.join(","));
+    let text = ranks(
+        hosts,
+        &args,
+        &format!("the exchange sweep over {link} links"),
+    )?;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let via = match line.split_whitespace().next() {
+            Some("@sweep-ps") => Via::Ps,
+            Some("@sweep-ring") => Via::Ring,
+            _ => continue,
+        };
+        if let [bytes, ms] = numbers(line).as_slice() {
+            out.push((via, *bytes as u64, *ms));
+        }
+    }
+    Ok(out)
+}
+
+/// A rank of the exchange sweep (`--role sweep`): pushes and pulls through
+/// the sharded server, then all-reduces with the ring, each size in turn;
+/// every timed exchange starts after a barrier, so all ranks start together.
+pub fn sweep_rank(sizes: &[u64]) -> anyhow::Result<()> {
+    let j = Joined::new()?;
+    let mut ps = j.sharded_ps(j.world)?;
+    let ring = j.connect("lab11-ring/", Algo::Ring)?;
+    for &bytes in sizes {
+        let len = (bytes / 4) as usize;
+        ps.reshard(len).map_err(lab_error)?;
+        let mut params = vec![0f32; len];
+        let grad = vec![1e-3f32; len];
+        let mut buf = grad.clone();
+        for via in [Via::Ps, Via::Ring] {
+            let mut times = Vec::new();
+            for rep in 0..4 {
+                ring.barrier()?;
+                let t = Instant::now();
+                match via {
+                    Via::Ps => ps.step(&mut params, &grad, 0.1).map_err(lab_error)?,
+                    Via::Ring => ring.all_reduce(
+                        Input::InPlace,
+                        &mut BufferMut::from_slice(&mut buf),
+                        ReduceOp::Avg,
+                    )?,
+                }
+                // The first is a warm-up (TCP windows opening).
+                if rep > 0 {
+                    times.push(t.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+            times.sort_by(f64::total_cmp);
+            if j.rank == 0 {
+                println!("@sweep-{} {bytes} {}", via_arg(via), times[times.len() / 2]);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A rank that has joined its job: how to connect its communicators.
+struct Joined {
+    rdv: Box<collectives::rendezvous::env::Rendezvous>,
+    opts: backends::Options,
+    rank: usize,
+    world: usize,
+}
+
+impl Joined {
+    fn new() -> anyhow::Result<Joined> {
+        tch::set_num_threads(1);
+        // A 16 MiB ring all-reduce over the long link takes seconds.
+        let timeout = Duration::from_secs(120);
+        let rdv = labkit::rank(1, timeout)?;
+        let (rank, world) = (rdv.info.rank, rdv.info.world_size);
+        let mut opts = job::options(&rdv)?;
+        opts.transport = TransportKind::Tcp;
+        opts.timeout = timeout;
+        Ok(Joined {
+            rdv,
+            opts,
+            rank,
+            world,
+        })
+    }
+
+    /// A communicator among the job's ranks, on its own connections.
+    fn connect(&self, prefix: &str, algo: Algo) -> anyhow::Result<Box<dyn Communicator>> {
+        let mut o = self.opts.clone();
+        o.prefix = prefix.to_owned();
+        o.algo = algo;
+        let c = backends::reference(self.rdv.store(), self.rank, self.world, &o)?;
+        c.barrier()?;
+        Ok(Box::new(c))
+    }
+
+    /// A sharded server of `len` parameters: a communicator per shard.
+    fn sharded_ps(&self, len: usize) -> anyhow::Result<ShardedPs> {
+        let comms = (0..self.world)
+            .map(|j| self.connect(&format!("lab11-ps{j}/"), Algo::Auto))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(ShardedPs::new(comms, len).map_err(lab_error)?)
+    }
+}
+
 /// A port for the job's store: any port is free inside the namespaces, but
 /// one the root namespace also has free keeps two runs' numbers apart.
 fn lab_port() -> anyhow::Result<u16> {
@@ -249,7 +411,7 @@ fn lab_port() -> anyhow::Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
-/// A rank of a job (`--role rank`, started by [`run`] inside a host).
+/// A rank of a training job (`--role rank`, started by [`run`] inside a host).
 pub fn rank(
     via: Via,
     steps: u64,
@@ -257,19 +419,7 @@ pub fn rank(
     test_rows: usize,
     hidden: &[i64],
 ) -> anyhow::Result<()> {
-    tch::set_num_threads(1);
-    let timeout = Duration::from_secs(60);
-    let rdv = labkit::rank(1, timeout)?;
-    let (rank, world) = (rdv.info.rank, rdv.info.world_size);
-    let mut opts = job::options(&rdv)?;
-    opts.transport = TransportKind::Tcp;
-    opts.timeout = timeout;
-    let connect = |prefix: String, algo: Algo| -> anyhow::Result<Box<dyn Communicator>> {
-        let mut o = opts.clone();
-        o.prefix = prefix;
-        o.algo = algo;
-        Ok(Box::new(backends::reference(rdv.store(), rank, world, &o)?))
-    };
+    let j = Joined::new()?;
     let params: i64 = model(hidden)
         .map_err(lab_error)?
         .0
@@ -277,20 +427,11 @@ pub fn rank(
         .iter()
         .map(|v| v.numel() as i64)
         .sum();
+    // Every communicator ends its connecting with a barrier, so every clock
+    // starts with all ranks connected.
     let mut exchange = match via {
-        Via::Ps => {
-            let comms = (0..world)
-                .map(|j| connect(format!("lab11-ps{j}/"), Algo::Auto))
-                .collect::<anyhow::Result<Vec<_>>>()?;
-            // Everyone connected before anyone's clock starts.
-            comms[0].barrier()?;
-            Exchange::ShardedPs(ShardedPs::new(comms, params as usize).map_err(lab_error)?)
-        }
-        Via::Ring => {
-            let comm = connect("lab11-ring/".into(), Algo::Ring)?;
-            comm.barrier()?;
-            Exchange::AllReduce(comm)
-        }
+        Via::Ps => Exchange::ShardedPs(j.sharded_ps(params as usize)?),
+        Via::Ring => Exchange::AllReduce(j.connect("lab11-ring/", Algo::Ring)?),
     };
     let train = fashion_mnist(Split::Train)?;
     let job = NetJob {
@@ -300,8 +441,8 @@ pub fn rank(
         lr: crate::LR,
         snapshot_every: (steps / 10).max(1),
     };
-    let t = train_rank(&job, &mut exchange, rank, world, &train).map_err(lab_error)?;
-    if rank == 0 {
+    let t = train_rank(&job, &mut exchange, j.rank, j.world, &train).map_err(lab_error)?;
+    if j.rank == 0 {
         let test = fashion_mnist(Split::Test)?
             .head(test_rows)
             .map_err(lab_error)?;

@@ -46,11 +46,10 @@ struct Args {
     #[arg(long, default_value_t = 4)]
     hosts: usize,
     /// Steps per rank in part 2.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 40)]
     net_steps: u64,
-    /// Hidden width of part 2's MLP: 2048 is 1.6 M parameters, 6.5 MB per
-    /// exchange (narrower: fewer bytes, and latency decides even unshaped).
-    #[arg(long, default_value_t = 2048)]
+    /// Hidden width of part 2's MLP (256: 0.2 M parameters, 0.8 MB per exchange).
+    #[arg(long, default_value_t = HIDDEN[0])]
     net_width: i64,
     /// The long link's one-way delay in part 2, ms.
     #[arg(long, default_value_t = 50)]
@@ -67,6 +66,12 @@ struct Args {
     /// How a rank's gradients travel (rank role).
     #[arg(long, value_enum, default_value = "ps", hide = true)]
     via: Via,
+    /// Gradient sizes in bytes, comma-separated (sweep role).
+    #[arg(long, value_delimiter = ',', hide = true)]
+    sizes: Vec<u64>,
+    /// Largest gradient part 2's exchange sweep times (from 256 KiB by 4×).
+    #[arg(long, default_value = "16M", value_parser = measure::size::parse_size)]
+    sweep_max: u64,
     /// Test images rank 0 evaluates on (rank role).
     #[arg(long, default_value_t = 5_000, hide = true)]
     test_rows: usize,
@@ -78,6 +83,8 @@ enum Role {
     Lab,
     /// A rank of part 2, inside a simulated host.
     Rank,
+    /// A rank of part 2's exchange sweep.
+    Sweep,
 }
 
 fn main() -> std::process::ExitCode {
@@ -92,6 +99,7 @@ fn main() -> std::process::ExitCode {
                 args.test_rows,
                 &[args.net_width],
             ),
+            Role::Sweep => across_hosts::sweep_rank(&args.sizes),
         },
         "",
     )
@@ -107,7 +115,7 @@ fn run(mut args: Args) -> anyhow::Result<()> {
         args.steps = 40;
         args.hosts = 2;
         args.net_steps = 10;
-        args.net_width = HIDDEN[0];
+        args.sweep_max = 1 << 20;
         args.delay_ms = 10;
     }
     if args.workers < 2 {
@@ -227,6 +235,9 @@ fn run(mut args: Args) -> anyhow::Result<()> {
         delay: Duration::from_millis(args.delay_ms),
         rate_mbit: args.rate_mbit,
         width: args.net_width,
+        sweep: std::iter::successors(Some(256u64 << 10), |b| Some(b * 4))
+            .take_while(|&b| b <= args.sweep_max)
+            .collect(),
     };
     let mut across = Vec::new();
     if let Some((measured, hosts_figures)) = across_hosts::run(&setup, test.len())? {

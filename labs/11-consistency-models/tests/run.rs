@@ -44,7 +44,7 @@ fn across_hosts(run: &labkit::testing::QuickRun) -> Vec<&'static str> {
     let Some(long) = long else {
         assert!(run.stdout.contains("skipped"), "{}", run.stdout);
         println!("the long link was skipped here: {}", run.stdout);
-        return vec!["across-hosts-unshaped"];
+        return vec!["across-hosts-unshaped", "exchange-unshaped"];
     };
     for f in [unshaped, long] {
         assert_eq!(f.series.len(), 2, "{f:?}");
@@ -61,7 +61,30 @@ fn across_hosts(run: &labkit::testing::QuickRun) -> Vec<&'static str> {
             "{series}: 10 steps in {seconds} s over a 10 ms link"
         );
     }
-    vec!["across-hosts-unshaped", "across-hosts-long-link"]
+    // The exchange sweep (256 KiB and 1 MiB in a quick run): every exchange
+    // over the long link takes at least its rounds of delay.
+    let sweep = figures
+        .iter()
+        .find(|f| f.name == "exchange-long-link")
+        .expect("the long link's exchange sweep");
+    for (series, rounds) in [("sharded PS", 2.0), ("ring all-reduce", 3.0)] {
+        let s = sweep.series.iter().find(|s| s.name == series).unwrap();
+        assert_eq!(s.points.len(), 2, "{s:?}");
+        for p in &s.points {
+            assert!(
+                p[1] >= rounds * 10.0,
+                "{series}: {} ms at {} MiB",
+                p[1],
+                p[0]
+            );
+        }
+    }
+    vec![
+        "across-hosts-unshaped",
+        "exchange-unshaped",
+        "across-hosts-long-link",
+        "exchange-long-link",
+    ]
 }
 
 /// The lab system's promise: the unsolved starter fails fast with an error

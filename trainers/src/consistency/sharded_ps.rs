@@ -53,14 +53,24 @@ impl ShardedPs {
                 "{len} parameters cannot be split into {world} shards"
             )));
         }
-        let shards = (0..world)
-            .map(|j| j * len / world..(j + 1) * len / world)
-            .collect();
         Ok(ShardedPs {
+            shards: shards(len, world),
             comms,
-            shards,
             rank,
         })
+    }
+
+    /// Splits `len` parameters into the shards afresh (every rank must, before
+    /// its next step).
+    pub fn reshard(&mut self, len: usize) -> Result<()> {
+        let world = self.comms.len();
+        if len < world {
+            return Err(Error::InvalidArgument(format!(
+                "{len} parameters cannot be split into {world} shards"
+            )));
+        }
+        self.shards = shards(len, world);
+        Ok(())
     }
 
     /// Shard j's range of the flat parameters (served by rank j).
@@ -121,6 +131,13 @@ impl ShardedPs {
                 .map(drop)
         })
     }
+}
+
+/// `len` parameters split into `world` nearly equal ranges.
+fn shards(len: usize, world: usize) -> Vec<Range<usize>> {
+    (0..world)
+        .map(|j| j * len / world..(j + 1) * len / world)
+        .collect()
 }
 
 // ANCHOR: serve
@@ -242,6 +259,23 @@ mod tests {
         for g in got {
             assert_eq!(g, want);
         }
+    }
+
+    /// Resharding to another length (the lab's exchange sweep does) splits
+    /// afresh; a length below the world size is refused.
+    #[test]
+    fn reshard_splits_a_new_length() {
+        let got = ranks(2, 2, |rank, comms| {
+            let mut ps = ShardedPs::new(comms, 4).unwrap();
+            ps.reshard(7).unwrap();
+            assert_eq!(ps.shard(1), 3..7);
+            assert!(ps.reshard(1).is_err());
+            let mut params = vec![1.0f32; 7];
+            ps.step(&mut params, &[rank as f32; 7], 1.0).unwrap();
+            params
+        });
+        // 1 − 1.0 · (0 + 1) / 2 everywhere.
+        assert_eq!(got, vec![vec![0.5f32; 7]; 2]);
     }
 
     /// Two communicators for a world of three, and buffers of the wrong length:
