@@ -2,7 +2,9 @@
 //! asynchronous parameter server, with DDP, and stale-synchronously
 //! ([`trainers::consistency`]), with and without a straggler. The learner
 //! writes the staleness bound ([`exercise::YourBound`], a [`StalenessBound`]);
-//! the solution is trainers' own [`Bounded`].
+//! the solution is trainers' own [`Bounded`]. The program's part 2 runs a
+//! sharded parameter server against ring all-reduce across simulated hosts
+//! ([`trainers::consistency::sharded_ps`]).
 
 pub mod exercise;
 

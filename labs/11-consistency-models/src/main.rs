@@ -69,6 +69,9 @@ struct Args {
     /// Gradient sizes in bytes, comma-separated (sweep role).
     #[arg(long, value_delimiter = ',', hide = true)]
     sizes: Vec<u64>,
+    /// Timed exchanges per size (sweep role).
+    #[arg(long, default_value_t = 3, hide = true)]
+    reps: usize,
     /// Largest gradient part 2's exchange sweep times (from 256 KiB by 4×).
     #[arg(long, default_value = "16M", value_parser = measure::size::parse_size)]
     sweep_max: u64,
@@ -99,7 +102,7 @@ fn main() -> std::process::ExitCode {
                 args.test_rows,
                 &[args.net_width],
             ),
-            Role::Sweep => across_hosts::sweep_rank(&args.sizes),
+            Role::Sweep => across_hosts::sweep_rank(&args.sizes, args.reps),
         },
         "",
     )

@@ -395,7 +395,15 @@ mod tests {
             return;
         }
         let one_way = Duration::from_millis(30);
-        let hosts = Hosts::create_with_delay(2, one_way).unwrap();
+        let hosts = match Hosts::create_with_delay(2, one_way) {
+            Ok(h) => h,
+            // A container without /dev/net/tun: the lab says so and skips too.
+            Err(HostsError::Unavailable(why)) => {
+                println!("skipped: {why}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
         assert_eq!(hosts.delay(), one_way);
         let server_addr = hosts.addr(0);
         let (tx, rx) = std::sync::mpsc::channel();
