@@ -123,6 +123,15 @@ pub struct Dataset {
 }
 
 impl Dataset {
+    /// Another handle on the same tensors (no copy): one per rank thread,
+    /// since a tensor handle may not be shared between threads.
+    pub fn shallow_clone(&self) -> Dataset {
+        Dataset {
+            images: self.images.shallow_clone(),
+            labels: self.labels.shallow_clone(),
+        }
+    }
+
     /// Number of examples.
     pub fn len(&self) -> usize {
         // size() of a tensor this crate built always has a first dimension >= 0.

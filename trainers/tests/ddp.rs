@@ -80,16 +80,7 @@ fn summary(out: &std::process::Output) -> serde_json::Value {
 
 /// One handle per rank on the same data.
 fn handles(data: &Dataset, world: usize) -> Mutex<Vec<Option<Dataset>>> {
-    Mutex::new(
-        (0..world)
-            .map(|_| {
-                Some(Dataset {
-                    images: data.images.shallow_clone(),
-                    labels: data.labels.shallow_clone(),
-                })
-            })
-            .collect(),
-    )
+    Mutex::new((0..world).map(|_| Some(data.shallow_clone())).collect())
 }
 
 fn take(handles: &Mutex<Vec<Option<Dataset>>>, rank: usize) -> Dataset {

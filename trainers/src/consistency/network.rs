@@ -150,12 +150,7 @@ mod tests {
         };
         let handles = Mutex::new(
             (0..world)
-                .map(|_| {
-                    Some(Dataset {
-                        images: data.images.shallow_clone(),
-                        labels: data.labels.shallow_clone(),
-                    })
-                })
+                .map(|_| Some(data.shallow_clone()))
                 .collect::<Vec<_>>(),
         );
         let got = ranks(world, world + 1, |rank, mut comms| {

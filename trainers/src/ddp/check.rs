@@ -236,12 +236,7 @@ pub fn with_data_ranks<T: Send>(
 ) -> Result<Vec<Result<T>>> {
     let handles = Mutex::new(
         (0..world)
-            .map(|_| {
-                Some(Dataset {
-                    images: data.images.shallow_clone(),
-                    labels: data.labels.shallow_clone(),
-                })
-            })
+            .map(|_| Some(data.shallow_clone()))
             .collect::<Vec<_>>(),
     );
     // Below DDP's own bound, so a lost peer fails in the communicator first.

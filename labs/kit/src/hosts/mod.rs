@@ -7,10 +7,11 @@
 //!
 //! Needs root (CAP_NET_ADMIN) and `ip`/`tc` (Debian's iproute2):
 //! [`Hosts::available`] says why not otherwise. Names carry this process's
-//! pid (`rsd<pid>n<k>`, `rsd<pid>br`), so concurrent runs never meet and a
-//! later run can remove what a crashed or interrupted one left
-//! ([`remove_stale`], called by [`Hosts::create`]). [`Hosts`] removes its
-//! own on drop.
+//! pid and a letter per set of hosts it made (`rsd<pid>a n<k>`, `rsd<pid>a br`
+//! without the space), so concurrent runs, and two sets in one process (tests
+//! run in threads), never meet, and a later run can remove what a crashed or
+//! interrupted one left ([`remove_stale`], called by [`Hosts::create`]).
+//! [`Hosts`] removes its own on drop.
 
 mod delay_line;
 
@@ -108,7 +109,7 @@ impl Hosts {
                 ));
             }
         }
-        let probe = format!("rsd{}probe", std::process::id());
+        let probe = format!("{}probe", instance_prefix());
         let tried = ip(&["netns", "add", &probe]).and_then(|_| {
             let shape = shape_args("lo", Link { rate_mbit: 1000 });
             let mut args = vec!["netns", "exec", &probe, "tc"];
@@ -126,17 +127,8 @@ impl Hosts {
     /// on one bridge in the root namespace (which has no address, so nothing
     /// outside the namespaces can reach them).
     pub fn create(nodes: usize) -> Result<Hosts, HostsError> {
-        Hosts::available()?;
-        remove_stale();
-        let prefix = format!("rsd{}", std::process::id());
-        // Made before the first command, so that its drop removes whatever
-        // a failing command leaves half made.
-        let mut hosts = Hosts {
-            prefix: prefix.clone(),
-            nodes: 0,
-            delay_line: None,
-            delay: Duration::ZERO,
-        };
+        let mut hosts = Hosts::none_yet(Duration::ZERO)?;
+        let prefix = hosts.prefix.clone();
         let bridge = format!("{prefix}br");
         ip(&["link", "add", &bridge, "type", "bridge"])?;
         ip(&["link", "set", &bridge, "up"])?;
@@ -161,15 +153,8 @@ impl Hosts {
     /// `eth0` is a TAP device whose frames this process relays. The switch
     /// runs while the `Hosts` lives.
     pub fn create_with_delay(nodes: usize, one_way: Duration) -> Result<Hosts, HostsError> {
-        Hosts::available()?;
-        remove_stale();
-        let prefix = format!("rsd{}", std::process::id());
-        let mut hosts = Hosts {
-            prefix: prefix.clone(),
-            nodes: 0,
-            delay_line: None,
-            delay: one_way,
-        };
+        let mut hosts = Hosts::none_yet(one_way)?;
+        let prefix = hosts.prefix.clone();
         let mut taps = Vec::new();
         for k in 0..nodes {
             let ns = hosts.namespace(k);
@@ -189,6 +174,20 @@ impl Hosts {
         }
         hosts.delay_line = Some(line);
         Ok(hosts)
+    }
+
+    /// No hosts yet, after what dead runs left is gone. Made before the first
+    /// command, so that its drop removes whatever a failing command leaves
+    /// half made.
+    fn none_yet(delay: Duration) -> Result<Hosts, HostsError> {
+        Hosts::available()?;
+        remove_stale();
+        Ok(Hosts {
+            prefix: instance_prefix(),
+            nodes: 0,
+            delay_line: None,
+            delay,
+        })
     }
 
     /// Host k's addresses and links up.
@@ -290,22 +289,44 @@ fn ip(args: &[&str]) -> Result<Output, HostsError> {
     Ok(out)
 }
 
-/// Removes the namespaces, veths and bridge named with `prefix` (best effort:
-/// what is already gone is fine). Deleting a namespace deletes its `eth0` and
-/// with it the veth's other end.
+/// `rsd<pid><letter>`: a fresh letter for every set of hosts (and probe) this
+/// process makes, so two at once in one process do not share names. 26 in
+/// flight at once is far more than any lab or test makes.
+fn instance_prefix() -> String {
+    static NEXT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+    let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 26;
+    format!("rsd{}{}", std::process::id(), (b'a' + k) as char)
+}
+
+/// Whether `name` belongs to `prefix`: `rsd<pid><letter>` (one set of hosts)
+/// or `rsd<pid>` (all of a process's), never another pid that starts alike.
+fn owned_by(name: &str, prefix: &str) -> bool {
+    name.strip_prefix(prefix)
+        .is_some_and(|rest| !rest.starts_with(|c: char| c.is_ascii_digit()))
+}
+
+/// Removes the namespaces and bridges named with `prefix` (best effort: what
+/// is already gone is fine). Deleting a namespace deletes its `eth0` and with
+/// it the veth's other end; a TAP goes when its descriptor closes.
 fn remove(prefix: &str) {
     if let Ok(out) = Command::new("ip").args(["netns", "list"]).output() {
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             let name = line.split_whitespace().next().unwrap_or_default();
-            let rest = &name[prefix.len().min(name.len())..];
-            if name.starts_with(prefix) && (rest.starts_with('n') || rest == "probe") {
+            if owned_by(name, prefix) {
                 let _ = Command::new("ip").args(["netns", "del", name]).output();
             }
         }
     }
-    let _ = Command::new("ip")
-        .args(["link", "del", &format!("{prefix}br")])
-        .output();
+    if let Ok(out) = Command::new("ip").args(["-o", "link", "show"]).output() {
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            // `7: rsd123abr: <BROADCAST,…`
+            let name = line.split(':').nth(1).unwrap_or_default().trim();
+            let name = name.split('@').next().unwrap_or_default();
+            if owned_by(name, prefix) && name.ends_with("br") {
+                let _ = Command::new("ip").args(["link", "del", name]).output();
+            }
+        }
+    }
 }
 
 /// Removes what runs that are no longer alive left behind (Ctrl-C, SIGKILL, a
@@ -348,6 +369,19 @@ mod tests {
         assert_eq!(a[9], "125000");
         assert_eq!(Link { rate_mbit: 10_000 }.name(), "10gbit");
         assert_eq!(Link { rate_mbit: 100 }.name(), "100mbit");
+    }
+
+    #[test]
+    fn names_belong_to_their_set_and_process_only() {
+        assert!(owned_by("rsd123an0", "rsd123a"));
+        assert!(owned_by("rsd123abr", "rsd123"));
+        assert!(!owned_by("rsd123bn0", "rsd123a"));
+        assert!(!owned_by("rsd1234an0", "rsd123"));
+        let (a, b) = (instance_prefix(), instance_prefix());
+        assert_ne!(a, b);
+        // The longest interface name, a veth of host 99 under the largest pid,
+        // fits IFNAMSIZ (15 characters and the NUL).
+        assert!(format!("rsd4194304{}v99", 'z').len() <= 15);
     }
 
     /// As root, two hosts come and go; elsewhere this says why it skipped.
