@@ -302,6 +302,20 @@ int real_main(int argc, char** argv) {
   const auto timeout = std::chrono::milliseconds(timeout_s * 1000);
   Sync sync(ctx, algo == "allreduce", &times, &wrong, timeout);
   const std::string name = impl_name(algo);
+  // Gloo's classic algorithms send through Pair::send, which sets SO_SNDBUF
+  // to the size of the largest message the pair has sent so far. That turns
+  // off the kernel's send-buffer autotuning, and at the first message just
+  // above one loopback segment (64 KiB and its preamble) it cost ~44 ms per
+  // call, waiting for a delayed ACK: a stall that depended on which sizes
+  // the sweep had already run, not on the algorithm (measured: gone when
+  // the setsockopt is suppressed). One all_reduce of the largest size before
+  // the sweep sizes the buffers once, as in a job that has already sent its
+  // largest gradient, so every size meets the same sockets.
+  if (algo != "allreduce") {
+    size_t count = static_cast<size_t>(max_bytes / sizeof(float));
+    fill(buf.data(), count, rank);
+    make_runner(algo, ctx, buf.data(), static_cast<int>(count), timeout)->run();
+  }
 
   for (unsigned long long bytes = min_bytes; bytes <= max_bytes;
        bytes *= static_cast<unsigned long long>(factor)) {
