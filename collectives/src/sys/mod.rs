@@ -6,11 +6,13 @@
 //! these two slices, wait until this socket is readable, connect before the
 //! deadline), this module says how.
 //!
+//! - [`affinity`]: binding a rank's thread to one CPU (the shared-memory transport).
 //! - [`futex`]: the shared-memory transport's doorbell.
 //! - [`socket`]: non-blocking vectored `sendmsg`/`recvmsg` for the TCP transport.
 //! - [`dial`]: "connect, retrying until the deadline", for the TCP transport's
 //!   mesh and the store client alike.
 
+pub(crate) mod affinity;
 pub(crate) mod dial;
 pub(crate) mod futex;
 pub(crate) mod socket;

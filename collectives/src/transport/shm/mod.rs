@@ -42,7 +42,8 @@
 //! # Where things are
 //! - `segment.rs`: the file, its layout, creating and checking it.
 //! - `ring.rs`: the single-producer/single-consumer byte rings.
-//! - `wait.rs`: spinning, yielding and sleeping on the doorbell.
+//! - `wait.rs`: spinning, yielding and sleeping on the doorbell, and binding
+//!   each rank to a CPU of its own so that spinning pays.
 //! - `liveness.rs`: noticing that a peer's process has died.
 //! - `abort.rs`: the abort word every rank watches.
 
@@ -226,6 +227,7 @@ impl ShmTransport {
         attached?;
 
         let peers = peer_procs(&seg, &layout, rank);
+        wait::bind_rank(rank, world);
         // All ranks of this transport share the host, so the world size is
         // the number of ranks competing for its cores.
         let cores = super::host_cpus();

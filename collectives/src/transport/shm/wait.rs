@@ -193,3 +193,18 @@ impl ShmTransport {
         )
     }
 }
+
+/// Binds this rank's thread to a CPU of its own when the ranks fit the CPUs
+/// (see [`crate::sys::affinity`]); `RINGSIDE_BIND=none` leaves placement to
+/// the scheduler. Best effort: a refusal (a container's seccomp policy) leaves
+/// the thread where it is.
+pub(super) fn bind_rank(rank: usize, world: usize) {
+    use crate::sys::affinity;
+    let opt_out = std::env::var("RINGSIDE_BIND").is_ok_and(|v| v == "none");
+    let Ok(allowed) = affinity::allowed_cpus() else {
+        return;
+    };
+    if let Some(cpu) = affinity::cpu_for(rank, world, &allowed, opt_out) {
+        let _ = affinity::bind_to(cpu);
+    }
+}
