@@ -44,6 +44,7 @@ pub mod models;
 pub mod optim;
 pub mod pipeline;
 pub mod sampler;
+pub mod seed;
 pub mod sync_bn;
 pub mod tensor_parallel;
 pub mod timeline;

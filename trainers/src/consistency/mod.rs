@@ -264,18 +264,15 @@ fn unflatten(flat: &Tensor, vars: &[Tensor]) -> Result<()> {
 /// The MLP of `hidden`, its parameters from seed 11 (the same start for
 /// every trainer), under a lock: libtorch's generator is global.
 pub fn model(hidden: &[i64]) -> Result<(nn::VarStore, impl ModuleT)> {
-    static DRAW: Mutex<()> = Mutex::new(());
-    let _one = DRAW
-        .lock()
-        .map_err(|_| Error::InvalidArgument("a worker panicked while drawing".into()))?;
-    tch::manual_seed(11);
-    let vs = nn::VarStore::new(Device::Cpu);
-    let m = models::mlp(&MlpConfig {
-        hidden: hidden.to_vec(),
-        ..MlpConfig::default()
-    })
-    .build(&vs.root());
-    Ok((vs, m))
+    Ok(crate::seed::seeded(11, || {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let m = models::mlp(&MlpConfig {
+            hidden: hidden.to_vec(),
+            ..MlpConfig::default()
+        })
+        .build(&vs.root());
+        (vs, m)
+    }))
 }
 
 /// `job` on `data` (worker w's step t reads rows `(t·workers + w)·batch`

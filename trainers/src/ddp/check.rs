@@ -63,12 +63,11 @@ pub fn equivalence(
         )));
     }
     tch::set_num_threads(1);
-    tch::manual_seed(1234);
-    let init = {
+    let init = crate::seed::seeded(1234, || {
         let vs = nn::VarStore::new(Device::Cpu);
         let _ = models::cnn().build(&vs.root());
         snapshot(&vs)
-    };
+    });
     let want = single_process(&init, data, world, b, steps)?;
     let moved = max_diff(&want, &init)?;
     let start = Mutex::new(Some(copies(&init)));

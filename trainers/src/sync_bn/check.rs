@@ -4,7 +4,7 @@
 //! local BN, local BN with DDP's buffer broadcast, and SyncBN.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use collectives::{Communicator, Input};
@@ -25,18 +25,14 @@ use crate::{Error, Result};
 /// The checks' model: two hidden layers of 64, each with batch norm.
 pub const SIZES: [i64; 4] = [784, 64, 64, 10];
 
-static DRAW: Mutex<()> = Mutex::new(());
-
 /// A [`BnMlp`] of `sizes` in a new VarStore, drawn from `seed` (under a lock:
 /// libtorch's generator is global and thread ranks draw at once).
 pub fn model(sizes: &[i64], norm: Norm, seed: i64) -> Result<(nn::VarStore, BnMlp)> {
-    let _one = DRAW
-        .lock()
-        .map_err(|_| Error::InvalidArgument("a rank panicked while drawing".into()))?;
-    tch::manual_seed(seed);
-    let vs = nn::VarStore::new(Device::Cpu);
-    let m = BnMlp::new(&vs.root(), sizes, norm)?;
-    Ok((vs, m))
+    crate::seed::seeded(seed, || {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let m = BnMlp::new(&vs.root(), sizes, norm)?;
+        Ok((vs, m))
+    })
 }
 
 /// The mean cross-entropy of `logits` against class labels `y`.

@@ -25,7 +25,7 @@ pub mod check;
 #[cfg(test)]
 mod tests;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use collectives::{Communicator, Input, ReduceOp};
 use tch::nn;
@@ -122,11 +122,10 @@ impl TpConfig {
     /// `nn.Linear` initialisation). Every rank draws the same ones: libtorch's
     /// generator is global, so a lock keeps thread ranks from interleaving.
     pub fn init(&self, seed: i64) -> Result<Vec<(String, Tensor)>> {
-        static DRAW: Mutex<()> = Mutex::new(());
-        let _one = DRAW
-            .lock()
-            .map_err(|_| Error::InvalidArgument("a rank panicked while drawing".into()))?;
-        tch::manual_seed(seed);
+        crate::seed::seeded(seed, || self.draw())
+    }
+
+    fn draw(&self) -> Result<Vec<(String, Tensor)>> {
         let vs = nn::VarStore::new(Device::Cpu);
         let root = vs.root();
         let layers = [

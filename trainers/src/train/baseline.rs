@@ -92,10 +92,11 @@ impl Baseline {
 
     /// The model's initial weights for this seed, by name, on the CPU.
     pub fn initial_weights(&self) -> crate::Result<Vec<(String, tch::Tensor)>> {
-        tch::manual_seed(self.seed as i64);
-        let vs = VarStore::new(Device::Cpu);
-        let _model = self.arch.blueprint().build(&vs.root());
-        snapshot(&vs)
+        crate::seed::seeded(self.seed as i64, || {
+            let vs = VarStore::new(Device::Cpu);
+            let _model = self.arch.blueprint().build(&vs.root());
+            snapshot(&vs)
+        })
     }
 
     /// [`run`](Self::run), starting from `init` (from

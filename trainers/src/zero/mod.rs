@@ -196,29 +196,26 @@ impl ZeroConfig {
     /// bias), PyTorch's `nn.Linear` initialisation, drawn from `seed` under a
     /// lock (libtorch's generator is global, and thread ranks draw at once).
     pub fn init(&self, seed: i64) -> Result<Vec<Tensor>> {
-        static DRAW: std::sync::Mutex<()> = std::sync::Mutex::new(());
         if self.sizes.len() < 2 || self.sizes.iter().any(|&s| s < 1) {
             return Err(Error::InvalidArgument(format!(
                 "an MLP needs at least two positive widths, not {:?}",
                 self.sizes
             )));
         }
-        let _one = DRAW
-            .lock()
-            .map_err(|_| Error::InvalidArgument("a rank panicked while drawing".into()))?;
-        tch::manual_seed(seed);
-        let vs = tch::nn::VarStore::new(tch::Device::Cpu);
-        (0..self.units())
-            .map(|i| {
-                let (o, n) = self.shape(i);
-                let l = tch::nn::linear(vs.root() / format!("u{i}"), n, o, Default::default());
-                let b =
-                    l.bs.ok_or_else(|| Error::Model("a linear layer without bias".into()))?;
-                Ok(Tensor::f_cat(&[l.ws.f_reshape([-1])?, b], 0)?
-                    .f_detach()?
-                    .copy())
-            })
-            .collect()
+        crate::seed::seeded(seed, || {
+            let vs = tch::nn::VarStore::new(tch::Device::Cpu);
+            (0..self.units())
+                .map(|i| {
+                    let (o, n) = self.shape(i);
+                    let l = tch::nn::linear(vs.root() / format!("u{i}"), n, o, Default::default());
+                    let b =
+                        l.bs.ok_or_else(|| Error::Model("a linear layer without bias".into()))?;
+                    Ok(Tensor::f_cat(&[l.ws.f_reshape([-1])?, b], 0)?
+                        .f_detach()?
+                        .copy())
+                })
+                .collect()
+        })
     }
 }
 
