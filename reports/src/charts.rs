@@ -219,6 +219,44 @@ fn log_samples(lo: f64, hi: f64, n: usize) -> Vec<f64> {
         .collect()
 }
 
+/// `, 2 ranks, Intel Xeon, 2 cores`: the world size(s) of `ids` and the machine the
+/// first results file was measured on, for chart titles (a chart read alone,
+/// as a PNG, must say what it measured).
+fn setting(ds: &Dataset, ids: &[usize]) -> String {
+    let mut worlds: Vec<usize> = ids.iter().map(|&id| ds.series[id].world).collect();
+    worlds.sort_unstable();
+    worlds.dedup();
+    let ranks = match worlds.as_slice() {
+        [] => String::new(),
+        [w] => format!(", {w} ranks"),
+        [lo, .., hi] => format!(", {lo}–{hi} ranks"),
+    };
+    let host = ds.sources.first().map(|s| &s.manifest["host"]);
+    let cpu = host
+        .and_then(|h| h["cpu"].as_str())
+        .map(short_cpu)
+        .unwrap_or_default();
+    let cores = host.and_then(|h| h["cores"].as_u64());
+    match (cpu.is_empty(), cores) {
+        (false, Some(c)) => format!("{ranks}, {cpu}, {c} cores"),
+        (false, None) => format!("{ranks}, {cpu}"),
+        (true, Some(c)) => format!("{ranks}, {c} cores"),
+        (true, None) => ranks,
+    }
+}
+
+/// `Intel(R) Xeon(R) Processor` → `Intel Xeon`: the model without marks.
+fn short_cpu(model: &str) -> String {
+    model
+        .replace("(R)", "")
+        .replace("(TM)", "")
+        .split_whitespace()
+        .filter(|w| !matches!(*w, "CPU" | "Processor" | "@"))
+        .take_while(|w| !w.ends_with("GHz"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn legend_name(ds: &Dataset, id: usize) -> String {
     let s = &ds.series[id];
     if s.peer {
@@ -302,6 +340,7 @@ fn plots_for(ds: &Dataset, fits: &[SeriesFit], collective: Collective) -> Option
             .collect()
     };
 
+    let on = setting(ds, &ids);
     let lat_lines = median_lines(&|r| r.median_us);
     let lat_y = log_range(
         lat_lines
@@ -313,8 +352,8 @@ fn plots_for(ds: &Dataset, fits: &[SeriesFit], collective: Collective) -> Option
     let mut lines = lat_lines;
     lines.extend(model_lat);
     let latency = Plot {
-        title: format!("{}: median time per call", collective.key()),
-        y_desc: "median time (log)",
+        title: format!("{}{on}: median time per call", collective.key()),
+        y_desc: "median time (log), lower is better",
         x_range,
         y: YAxis::Log(lat_y.0, lat_y.1),
         bands: Vec::new(),
@@ -332,8 +371,8 @@ fn plots_for(ds: &Dataset, fits: &[SeriesFit], collective: Collective) -> Option
     let mut lines = bw_lines;
     lines.extend(model_bw);
     let busbw = Plot {
-        title: format!("{}: bus bandwidth", collective.key()),
-        y_desc: "busbw (GB/s)",
+        title: format!("{}{on}: bus bandwidth", collective.key()),
+        y_desc: "busbw (GB/s), higher is better",
         x_range,
         y: YAxis::Linear(0.0, if bw_max > 0.0 { bw_max * 1.12 } else { 1.0 }),
         bands: Vec::new(),
@@ -358,10 +397,10 @@ fn plots_for(ds: &Dataset, fits: &[SeriesFit], collective: Collective) -> Option
     )?;
     let spread = Plot {
         title: format!(
-            "{}: per-iteration spread (min–max band, median line)",
+            "{}{on}: per-iteration spread (min–max band, median line)",
             collective.key()
         ),
-        y_desc: "time per iteration (log)",
+        y_desc: "time per iteration (log), narrower is steadier",
         x_range,
         y: YAxis::Log(spread_y.0, spread_y.1),
         bands,
@@ -679,6 +718,19 @@ mod tests {
         let (lo, hi) = log_range([5.0, 5.0].into_iter()).unwrap();
         assert!(lo < 5.0 && hi > 5.0 && hi / lo >= 4.0);
         assert!(log_range([0.0, f64::NAN].into_iter()).is_none());
+    }
+
+    #[test]
+    fn cpu_models_lose_their_marks_and_clock() {
+        assert_eq!(short_cpu("Intel(R) Xeon(R) Processor"), "Intel Xeon");
+        assert_eq!(
+            short_cpu("Intel(R) Core(TM) i7-8700 CPU @ 3.20GHz"),
+            "Intel Core i7-8700"
+        );
+        assert_eq!(
+            short_cpu("AMD EPYC 7763 64-Core Processor"),
+            "AMD EPYC 7763 64-Core"
+        );
     }
 
     #[test]

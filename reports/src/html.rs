@@ -203,7 +203,12 @@ fn charts_section(p: &Page<'_>) -> String {
     s.push_str(
         "<p class=\"note\">Solid lines: our measurements; long dashes: peer (torch) \
          measurements; thin short dashes: the fitted α–β model. Each chart is also next to \
-         this page as PNG and SVG.</p>\n",
+         this page as PNG and SVG. Titles name the world size and the machine (its CPU model \
+         and how many cores it has).</p>\n<p class=\"note\"><b>busbw</b> (bus bandwidth, as \
+         nccl-tests defines it) = algbw × a factor per collective, where algbw = bytes / time: \
+         2(n−1)/n for all_reduce, (n−1)/n for all_gather and reduce_scatter, 1 for broadcast \
+         and reduce. It is the rate each rank's link carries in a bandwidth-optimal algorithm, \
+         so it can be compared across world sizes and against a link's or memory's speed.</p>\n",
     );
     if p.charts.is_empty() {
         s.push_str("<p>No chart: no collective has a positive size and time.</p>\n");
