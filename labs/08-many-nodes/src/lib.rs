@@ -147,15 +147,7 @@ fn two_node_job(variant: Variant, program: &std::path::Path) -> Result<(), LabEr
     Ok(())
 }
 
-/// A free TCP port on this host (bound and released: another program could
-/// take it in between, which a launcher would then report).
-pub fn free_port() -> Result<u16, LabError> {
-    let l = std::net::TcpListener::bind(("127.0.0.1", 0))
-        .map_err(|e| LabError::Wrong(format!("no free port: {e}")))?;
-    Ok(l.local_addr()
-        .map_err(|e| LabError::Wrong(e.to_string()))?
-        .port())
-}
+pub use labkit::free_port;
 
 /// How long a rank may wait for a lost peer in the failure drill.
 pub const DRILL_TIMEOUT: Duration = Duration::from_secs(10);

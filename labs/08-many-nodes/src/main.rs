@@ -14,7 +14,6 @@
 //! Writes `results/lab08/<UTC time>/`.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -461,28 +460,8 @@ fn node_job(
         .stderr(Stdio::piped());
         children.push(c.spawn().with_context(|| format!("starting node {k}"))?);
     }
-    let mut lines = Vec::new();
-    let mut failed = Vec::new();
-    for (k, c) in children.into_iter().enumerate() {
-        let out = c.wait_with_output()?;
-        if !out.status.success() {
-            failed.push(format!(
-                "node {k}: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        if k == 0 {
-            lines.extend(
-                BufReader::new(&out.stdout[..])
-                    .lines()
-                    .map_while(Result::ok),
-            );
-        }
-    }
-    if !failed.is_empty() {
-        bail!("the {label} job failed:\n{}", failed.join("\n"));
-    }
-    Ok(lines)
+    let out = labkit::wait_all(children, &format!("the {label} job"), "node")?;
+    Ok(out.lines().map(str::to_owned).collect())
 }
 
 /// The records and median DDP step a bench job's rank 0 printed.

@@ -190,7 +190,7 @@ pub fn latency_floor(via: Via, n: usize) -> usize {
 fn ranks(hosts: &Hosts, args: &[String], what: &str) -> anyhow::Result<String> {
     let n = hosts.len();
     let token = Token::generate()?.to_string();
-    let port = lab_port()?.to_string();
+    let port = labkit::free_port()?.to_string();
     let exe = std::env::current_exe()?;
     let mut children = Vec::new();
     for k in 0..n {
@@ -209,24 +209,7 @@ fn ranks(hosts: &Hosts, args: &[String], what: &str) -> anyhow::Result<String> {
             .stderr(Stdio::piped());
         children.push(c.spawn().with_context(|| format!("starting rank {k}"))?);
     }
-    let mut failed = Vec::new();
-    let mut text = String::new();
-    for (k, c) in children.into_iter().enumerate() {
-        let out = c.wait_with_output()?;
-        if !out.status.success() {
-            failed.push(format!(
-                "rank {k}: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        if k == 0 {
-            text = String::from_utf8_lossy(&out.stdout).into_owned();
-        }
-    }
-    if !failed.is_empty() {
-        bail!("{what} failed:\n{}", failed.join("\n"));
-    }
-    Ok(text)
+    Ok(labkit::wait_all(children, what, "rank")?)
 }
 
 /// The numbers after a line's first word.
@@ -416,13 +399,6 @@ impl Joined {
             .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(ShardedPs::new(comms, len).map_err(lab_error)?)
     }
-}
-
-/// A port for the job's store: any port is free inside the namespaces, but
-/// one the root namespace also has free keeps two runs' numbers apart.
-fn lab_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind(("127.0.0.1", 0))?;
-    Ok(l.local_addr()?.port())
 }
 
 /// A rank of a training job (`--role rank`, started by [`run`] inside a host).

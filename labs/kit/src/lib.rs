@@ -120,6 +120,49 @@ pub fn rank(
     }
 }
 
+/// A free TCP port on this host (bound and released: another program could
+/// take it in between, which a launcher would then report).
+pub fn free_port() -> Result<u16, LabError> {
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0))
+        .map_err(|e| LabError::Wrong(format!("no free port: {e}")))?;
+    Ok(l.local_addr()
+        .map_err(|e| LabError::Wrong(e.to_string()))?
+        .port())
+}
+
+/// Waits for every process of a job (`children[k]` is `{who} k`, its output
+/// piped) and returns the first one's standard output; if any failed, an error
+/// saying `{what} failed` and each failed one's standard error.
+pub fn wait_all(
+    children: Vec<std::process::Child>,
+    what: &str,
+    who: &str,
+) -> Result<String, LabError> {
+    let mut first = String::new();
+    let mut failed = Vec::new();
+    for (k, c) in children.into_iter().enumerate() {
+        let out = c
+            .wait_with_output()
+            .map_err(|e| LabError::Wrong(format!("waiting for {who} {k}: {e}")))?;
+        if !out.status.success() {
+            failed.push(format!(
+                "{who} {k}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        if k == 0 {
+            first = String::from_utf8_lossy(&out.stdout).into_owned();
+        }
+    }
+    if !failed.is_empty() {
+        return Err(LabError::Wrong(format!(
+            "{what} failed:\n{}",
+            failed.join("\n")
+        )));
+    }
+    Ok(first)
+}
+
 /// The error an unsolved piece returns: `todo(1, "all_reduce_by_hand", file!())`.
 /// Every rank returns it at once, so an unsolved lab fails fast and never hangs.
 pub fn todo(lab: u32, what: &'static str, file: &'static str) -> LabError {
