@@ -96,6 +96,9 @@ pub const HEADER_LEN: usize = 32;
 const MAGIC: u32 = 0x5249_4e47; // "RING"
 /// Frame flag: the payload is a UTF-8 abort reason, not data.
 pub const FLAG_ABORT: u8 = 1;
+/// Frame flag (shared memory only): the payload stays in the sender's memory
+/// and the frame carries its address and length; see `shm::single_copy`.
+pub const FLAG_SINGLE_COPY: u8 = 2;
 
 /// A decoded frame header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

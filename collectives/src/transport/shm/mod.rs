@@ -42,6 +42,8 @@
 //! # Where things are
 //! - `segment.rs`: the file, its layout, creating and checking it.
 //! - `ring.rs`: the single-producer/single-consumer byte rings.
+//! - `single_copy.rs`: large messages read straight from the sender's
+//!   buffer (between thread ranks by default).
 //! - `wait.rs`: spinning, yielding and sleeping on the doorbell, and binding
 //!   each rank to a CPU of its own so that spinning pays.
 //! - `liveness.rs`: noticing that a peer's process has died.
@@ -51,6 +53,7 @@ mod abort;
 mod liveness;
 mod ring;
 mod segment;
+mod single_copy;
 #[cfg(test)]
 mod tests;
 mod wait;
@@ -62,8 +65,9 @@ use std::time::{Duration, Instant};
 use self::liveness::{PeerProc, claim_rank, peer_procs};
 use self::ring::{Cursor, Rx, Stage, Tx};
 use self::segment::{Layout, SHM_DIR, Segment, create_segment, open_segment, ring_capacity};
+use self::single_copy::{DESCRIPTOR_LEN, Reach};
 use self::wait::{OVERSUBSCRIBED_SPIN_TIME, OVERSUBSCRIBED_YIELDS, SPIN_TIME, Wait, YIELDS};
-use super::{Frame, HEADER_LEN, Sink, Tag, Transport, TransportOptions};
+use super::{FLAG_SINGLE_COPY, Frame, HEADER_LEN, Sink, Tag, Transport, TransportOptions};
 use crate::error::{Error, Result};
 use crate::rendezvous::{Store, barrier};
 
@@ -103,6 +107,10 @@ pub struct ShmTransport {
     yields: u32,
     /// The CPU (+1) last recorded in our slot, to write it only on change.
     cpu: u32,
+    /// How we can read each peer's memory (single copy).
+    reach: Vec<Reach>,
+    /// Where a cross-process single-copy reduction lands first.
+    bounce: Vec<u64>,
 }
 
 impl fmt::Debug for ShmTransport {
@@ -169,6 +177,9 @@ impl ShmTransport {
                 "shared-memory transport: rank {rank} of world size {world} (world must be 1..={MAX_WORLD})"
             )));
         }
+        // Read before anything is shared, so a bad value fails every rank
+        // (they share the environment) before rendezvous.
+        let mode = single_copy::Mode::from_env()?;
         let name_key = format!("{}shm/name", opts.prefix);
         // Rank 0 unlinks the file once every rank has mapped it: this barrier
         // says when. A rank that cannot attach gives up on it, so the others
@@ -216,6 +227,7 @@ impl ShmTransport {
         };
 
         let attached = claim_rank(&seg, &layout, rank).and_then(|()| {
+            single_copy::publish_probe(&seg, &layout, rank);
             barrier::join(store, &attached_key, rank, world, opts.timeout).inspect_err(give_up)
         });
         if let Some(path) = created {
@@ -236,7 +248,7 @@ impl ShmTransport {
         } else {
             (SPIN_TIME, YIELDS)
         };
-        Ok(ShmTransport {
+        let mut t = ShmTransport {
             spin_time,
             yields,
             chunk: CHUNK_BYTES.min(layout.cap / 4),
@@ -251,7 +263,21 @@ impl ShmTransport {
             last_liveness: Instant::now(),
             aborted: None,
             cpu: 0,
-        })
+            reach: vec![Reach::Ring; world],
+            bounce: Vec::new(),
+        };
+        t.probe_peers(mode);
+        // Every receiver has said whether it can read its senders' memory
+        // before anyone sends: the first message takes the same path as the
+        // rest, so runs and tests do not depend on who got here first.
+        barrier::join(
+            store,
+            &format!("{}shm/probed", opts.prefix),
+            rank,
+            world,
+            opts.timeout,
+        )?;
+        Ok(t)
     }
 
     fn check_peer(&self, peer: usize, what: &str) -> Result<()> {
@@ -293,17 +319,30 @@ impl Transport for ShmTransport {
             self.check_peer(*p, "receive from")?;
         }
         self.check_abort()?;
-        let mut tx = send.map(|(peer, payload)| Tx {
-            peer,
-            hdr: Frame {
-                tag: *tag,
-                len: payload.len() as u64,
-                flags: 0,
+        // A single-copy message streams its descriptor instead of the
+        // payload; the array outlives the exchange's borrow of it.
+        let single = send.is_some_and(|(peer, payload)| self.single_copy_to(peer, payload.len()));
+        let desc = match send {
+            Some((_, payload)) if single => single_copy::descriptor(payload),
+            _ => [0; DESCRIPTOR_LEN],
+        };
+        let mut tx = send.map(|(peer, payload)| {
+            let body: &[u8] = if single { &desc } else { payload };
+            Tx {
+                peer,
+                hdr: Frame {
+                    tag: *tag,
+                    len: payload.len() as u64,
+                    flags: if single { FLAG_SINGLE_COPY } else { 0 },
+                }
+                .encode(),
+                body,
+                len: payload.len(),
+                pos: 0,
+                end: HEADER_LEN + body.len().next_multiple_of(8),
+                single,
+                ack: None,
             }
-            .encode(),
-            payload,
-            pos: 0,
-            end: HEADER_LEN + payload.len().next_multiple_of(8),
         });
         let mut rx = recv.map(|(peer, sink)| Rx {
             peer,

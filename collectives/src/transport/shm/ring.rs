@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 
 use super::ShmTransport;
 use super::segment::REASON_MAX;
+use super::single_copy::{self, DESCRIPTOR_LEN};
 use crate::error::{Error, Result};
 use crate::transport::{FLAG_ABORT, Frame, HEADER_LEN, Sink, Tag};
 
@@ -19,23 +20,35 @@ pub(super) struct Cursor {
     pub(super) seen: u64,
 }
 
-/// A message being written: header, payload, padding, as one byte stream.
+/// A message being written: header, body, padding, as one byte stream.
 pub(super) struct Tx<'a> {
     pub(super) peer: usize,
     pub(super) hdr: [u8; HEADER_LEN],
-    pub(super) payload: &'a [u8],
+    /// What follows the header in the ring: the payload, or for a single-copy
+    /// message its descriptor.
+    pub(super) body: &'a [u8],
+    /// Payload bytes of the message.
+    pub(super) len: usize,
     pub(super) pos: usize,
     pub(super) end: usize,
+    /// The receiver reads the payload from our memory (see `single_copy.rs`).
+    pub(super) single: bool,
+    /// Single copy, descriptor written: the stream position the receiver's
+    /// tail must reach before the payload is ours again.
+    pub(super) ack: Option<u64>,
 }
 
 impl Tx<'_> {
     pub(super) fn done(&self) -> bool {
-        self.pos == self.end
+        self.pos == self.end && self.ack.is_none()
     }
     /// Free bytes needed before writing anything: the header goes in whole so
-    /// the receiver never waits on half a header.
+    /// the receiver never waits on half a header, and a descriptor goes in
+    /// with it.
     pub(super) fn min_room(&self) -> usize {
-        if self.pos < HEADER_LEN {
+        if self.single {
+            self.end - self.pos
+        } else if self.pos < HEADER_LEN {
             HEADER_LEN - self.pos
         } else {
             8
@@ -47,6 +60,11 @@ impl Tx<'_> {
 pub(super) enum Stage {
     Header,
     Payload(usize),
+    /// Single copy: reading the sender's buffer at `addr`, `done` bytes so far.
+    Remote {
+        addr: u64,
+        done: usize,
+    },
     Done,
 }
 
@@ -94,6 +112,15 @@ impl ShmTransport {
 
     /// Writes as much of `t` as fits (at most one chunk) and publishes it.
     pub(super) fn push(&mut self, t: &mut Tx<'_>) -> Result<bool> {
+        if let Some(at) = t.ack {
+            let tail = self.load_tail(t.peer, self.out[t.peer].pos)?;
+            self.out[t.peer].seen = tail;
+            if tail >= at {
+                t.ack = None;
+                return Ok(true);
+            }
+            return Ok(false);
+        }
         let cap = self.layout.cap;
         let mut c = self.out[t.peer];
         let want = (t.end - t.pos).min(self.chunk);
@@ -115,8 +142,8 @@ impl ShmTransport {
         while s < end {
             let src: &[u8] = if s < HEADER_LEN {
                 &t.hdr[s..]
-            } else if s - HEADER_LEN < t.payload.len() {
-                &t.payload[s - HEADER_LEN..]
+            } else if s - HEADER_LEN < t.body.len() {
+                &t.body[s - HEADER_LEN..]
             } else {
                 break;
             };
@@ -129,6 +156,9 @@ impl ShmTransport {
         }
         c.pos += n as u64;
         t.pos += n;
+        if t.single && t.pos == t.end {
+            t.ack = Some(c.pos);
+        }
         self.out[t.peer] = c;
         self.seg
             .u64_at(self.layout.head(self.rank, t.peer))
@@ -168,12 +198,48 @@ impl ShmTransport {
                 });
             }
             frame.expect(r.peer, tag, r.want)?;
-            c.pos += HEADER_LEN as u64;
-            r.stage = if r.want == 0 {
-                Stage::Done
+            if single_copy::is_single_copy(frame.flags) {
+                // The sender writes the descriptor with the header. Our tail
+                // stays before both until the read is over: it is the
+                // sender's acknowledgement.
+                let need = HEADER_LEN + DESCRIPTOR_LEN;
+                if ((c.seen - c.pos) as usize) < need {
+                    c.seen = self.load_head(r.peer, c.pos)?;
+                }
+                if ((c.seen - c.pos) as usize) < need {
+                    self.inc[r.peer] = c;
+                    return Ok(false);
+                }
+                let mut d = [0u8; DESCRIPTOR_LEN];
+                // SAFETY: published bytes, ours until the tail moves.
+                unsafe { copy_from_ring(ring, cap, c.pos + HEADER_LEN as u64, &mut d) };
+                let (addr, len) = single_copy::decode_descriptor(&d);
+                if len != r.want as u64 {
+                    return Err(self.corrupt(r.peer, self.rank, c.seen, c.pos));
+                }
+                r.stage = Stage::Remote { addr, done: 0 };
             } else {
-                Stage::Payload(0)
-            };
+                c.pos += HEADER_LEN as u64;
+                r.stage = if r.want == 0 {
+                    Stage::Done
+                } else {
+                    Stage::Payload(0)
+                };
+            }
+        }
+        if let Stage::Remote { addr, done } = r.stage {
+            self.inc[r.peer] = c;
+            let done = done + self.read_piece(r.peer, addr, done, &mut r.sink)?;
+            if done < r.want {
+                r.stage = Stage::Remote { addr, done };
+                return Ok(true);
+            }
+            // A sender that gave up (timeout, abort) publishes its abort
+            // before its buffer can change: seen now, what we read may be
+            // stale, so the message fails rather than completes.
+            self.check_abort()?;
+            c.pos += (HEADER_LEN + DESCRIPTOR_LEN) as u64;
+            r.stage = Stage::Done;
         }
         if let Stage::Payload(done) = r.stage {
             let left = r.want - done;
@@ -225,10 +291,17 @@ impl ShmTransport {
                 .seg
                 .u64_at(self.layout.tail(self.rank, t.peer))
                 .load(Ordering::Acquire);
-            // An impossible position also counts: the poll reports it.
-            let used = c.pos.wrapping_sub(tail);
-            if used > self.layout.cap as u64 || self.layout.cap - used as usize >= t.min_room() {
-                return true;
+            if let Some(at) = t.ack {
+                if tail >= at {
+                    return true;
+                }
+            } else {
+                // An impossible position also counts: the poll reports it.
+                let used = c.pos.wrapping_sub(tail);
+                if used > self.layout.cap as u64 || self.layout.cap - used as usize >= t.min_room()
+                {
+                    return true;
+                }
             }
         }
         if let Some(r) = rx.filter(|r| r.stage != Stage::Done) {
@@ -237,10 +310,11 @@ impl ShmTransport {
                 .seg
                 .u64_at(self.layout.head(r.peer, self.rank))
                 .load(Ordering::Acquire);
-            let need = if r.stage == Stage::Header {
-                HEADER_LEN as u64
-            } else {
-                1
+            let need = match r.stage {
+                Stage::Header => HEADER_LEN as u64,
+                // Reading the sender's memory never waits on the ring.
+                Stage::Remote { .. } => return true,
+                _ => 1,
             };
             if head.wrapping_sub(c.pos) >= need {
                 return true;

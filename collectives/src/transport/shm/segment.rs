@@ -19,7 +19,8 @@ pub(super) const SEGMENT_BUDGET: usize = 32 << 20;
 pub(super) const SHM_DIR: &str = "/dev/shm";
 const NAME_PREFIX: &str = "ringside-shm-";
 const SEG_MAGIC: u64 = u64::from_le_bytes(*b"RSIDESHM");
-const SEG_VERSION: u32 = 1;
+// 2: single-copy descriptors and the probe word.
+const SEG_VERSION: u32 = 2;
 /// Two 64-byte lines: x86 prefetchers pull lines in adjacent pairs, so
 /// sharing a 128-byte block would still bounce between cores.
 const LINE: usize = 128;
@@ -43,6 +44,8 @@ pub(super) const R_PID: usize = LINE;
 pub(super) const R_START: usize = LINE + 8;
 pub(super) const R_PIDNS: usize = LINE + 16;
 pub(super) const R_CPU: usize = LINE + 24;
+/// Address of the rank's single-copy probe word (see `single_copy.rs`).
+pub(super) const R_PROBE: usize = LINE + 32;
 const CTRL_STRIDE: usize = 2 * LINE;
 
 /// Where everything sits in a segment for a given world size and capacity.
@@ -78,6 +81,11 @@ impl Layout {
     }
     pub(super) fn tail(&self, from: usize, to: usize) -> usize {
         self.head(from, to) + LINE
+    }
+    /// Nonzero once the consumer `to` can read `from`'s memory: on the
+    /// consumer's line, beside the tail it also writes.
+    pub(super) fn single_copy(&self, from: usize, to: usize) -> usize {
+        self.tail(from, to) + 8
     }
     pub(super) fn ring(&self, from: usize, to: usize) -> usize {
         let j = if to > from { to - 1 } else { to };

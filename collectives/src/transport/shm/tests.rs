@@ -401,3 +401,70 @@ fn tiny_rings_wrap_headers_and_payloads_correctly() {
         }
     });
 }
+
+#[test]
+fn thread_ranks_read_large_messages_straight_from_the_sender() {
+    // Threads of one process reach each other's buffers directly; messages
+    // below the threshold, and every message with single copy off, still go
+    // through the ring, and both arrive the same.
+    with_ranks(3, Duration::from_secs(30), |mut t| {
+        let (me, next, prev) = (t.rank(), (t.rank() + 1) % 3, (t.rank() + 2) % 3);
+        assert!(t.reach.iter().enumerate().all(|(p, r)| {
+            (p == me) == (*r == Reach::Ring) && (p == me || *r == Reach::SameProcess)
+        }));
+        assert!(t.single_copy_to(next, single_copy::MIN_BYTES));
+        assert!(!t.single_copy_to(next, single_copy::MIN_BYTES - 8));
+        let mut seq = 0;
+        for len in [
+            single_copy::MIN_BYTES - 8,
+            single_copy::MIN_BYTES,
+            (9 << 20) + 5,
+        ] {
+            let send = pattern(me, seq, len);
+            let mut got = vec![0u8; len];
+            t.exchange(
+                &tag(seq, len),
+                Some((next, &send)),
+                Some((prev, Sink::Copy(&mut got))),
+            )
+            .unwrap();
+            assert!(got == pattern(prev, seq, len), "rank {me} len {len}");
+            seq += 1;
+            let n = len / 4;
+            let send = floats(me, n);
+            let mut acc = floats(me, n);
+            let sink = Sink::Reduce {
+                dst: bytemuck::cast_slice_mut(&mut acc),
+                dtype: DType::F32,
+                op: ReduceOp::Sum,
+            };
+            t.exchange(
+                &f32_tag(seq, n),
+                Some((next, bytemuck::cast_slice(&send))),
+                Some((prev, sink)),
+            )
+            .unwrap();
+            // Integers below 2^24: exact in f32 whatever the order.
+            let want: Vec<f32> = floats(me, n)
+                .iter()
+                .zip(floats(prev, n))
+                .map(|(a, b)| a + b)
+                .collect();
+            assert!(acc == want, "rank {me} count {n}");
+            seq += 1;
+        }
+    });
+}
+
+#[test]
+fn single_copy_setting_is_parsed_and_bad_values_are_refused() {
+    use single_copy::Mode;
+    assert_eq!(Mode::parse(None).unwrap(), Mode::Threads);
+    assert_eq!(Mode::parse(Some("OFF")).unwrap(), Mode::Off);
+    assert_eq!(Mode::parse(Some("processes")).unwrap(), Mode::Processes);
+    let e = Mode::parse(Some("fast")).unwrap_err().to_string();
+    assert!(
+        e.contains("RINGSIDE_SHM_SINGLE_COPY=fast") && e.contains("off, threads or processes"),
+        "{e}"
+    );
+}

@@ -174,17 +174,32 @@ impl ShmTransport {
     ) -> String {
         let mut parts = Vec::new();
         if let Some(t) = tx.filter(|t| !t.done()) {
-            parts.push(format!(
-                "rank {} to take {} off the ring ({} of {} bytes written)",
-                t.peer,
-                tag.describe(),
-                t.pos.saturating_sub(HEADER_LEN).min(t.payload.len()),
-                t.payload.len()
-            ));
+            parts.push(if t.ack.is_some() {
+                format!(
+                    "rank {} to read {} ({} bytes) from our memory (single copy)",
+                    t.peer,
+                    tag.describe(),
+                    t.len
+                )
+            } else if t.single {
+                format!(
+                    "rank {} to make room for {}'s descriptor",
+                    t.peer,
+                    tag.describe()
+                )
+            } else {
+                format!(
+                    "rank {} to take {} off the ring ({} of {} bytes written)",
+                    t.peer,
+                    tag.describe(),
+                    t.pos.saturating_sub(HEADER_LEN).min(t.len),
+                    t.len
+                )
+            });
         }
         if let Some(r) = rx.filter(|r| r.stage != Stage::Done) {
             let got = match r.stage {
-                Stage::Payload(d) => d,
+                Stage::Payload(d) | Stage::Remote { done: d, .. } => d,
                 _ => 0,
             };
             parts.push(format!(

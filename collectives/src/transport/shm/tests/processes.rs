@@ -126,12 +126,38 @@ fn child_rank() {
                 t.exchange(&tag(seq, 8), Some((0, &buf)), None).unwrap();
             }
         }
-        // Send one message that fits in the ring, then exit at once.
+        // Send one message that fits in the ring (and is too small for
+        // single copy, whose sender waits for the read), then exit at once.
         "send-and-exit" => {
-            let msg = pattern(1, 5, 100_000);
+            let msg = pattern(1, 5, 50_000);
             t.exchange(&tag(5, msg.len()), Some((0, &msg)), None)
                 .unwrap();
         }
+        // Read a copy and a reduction from rank 0's memory (single copy
+        // across processes, which this child was started with), then send
+        // both results back through the ring.
+        "single-copy-echo" => {
+            let mut got = vec![0u8; BIG];
+            t.exchange(&tag(1, BIG), None, Some((0, Sink::Copy(&mut got))))
+                .unwrap();
+            let mut acc = floats(1, BIG / 4);
+            let sink = Sink::Reduce {
+                dst: bytemuck::cast_slice_mut(&mut acc),
+                dtype: DType::F32,
+                op: ReduceOp::Sum,
+            };
+            t.exchange(&f32_tag(2, BIG / 4), None, Some((0, sink)))
+                .unwrap();
+            t.exchange(&tag(3, BIG), Some((0, &got)), None).unwrap();
+            t.exchange(
+                &f32_tag(4, BIG / 4),
+                Some((0, bytemuck::cast_slice(&acc))),
+                None,
+            )
+            .unwrap();
+        }
+        // Offer to read rank 0's memory, then exit without reading.
+        "exit" => {}
         "bench" => bench_peer(&mut t),
         other => panic!("unknown child role {other}"),
     }
@@ -175,6 +201,77 @@ fn killed_peer_process_is_lost_within_a_second() {
     );
 }
 
+/// Larger than the ring (1 MiB), not a multiple of a page.
+const BIG: usize = (3 << 20) + 12;
+
+#[test]
+fn single_copy_between_processes_reads_the_senders_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DirStore {
+        dir: dir.path().into(),
+        timeout: Duration::from_secs(20),
+    };
+    let o = opts("p/", Duration::from_secs(20));
+    let on = [("RINGSIDE_SHM_SINGLE_COPY", "processes".to_owned())];
+    let mut child = spawn_child("single-copy-echo", dir.path(), &o, &on);
+    let mut t = ShmTransport::connect(&store, 0, 2, &o).unwrap();
+    // The child offered to read our memory (if this kernel lets it: without
+    // process_vm_readv the ring carries the same bytes, so only say so).
+    if !t.single_copy_to(1, BIG) {
+        eprintln!("process_vm_readv is refused here: the messages went through the ring");
+    }
+    let send = pattern(0, 1, BIG);
+    t.exchange(&tag(1, BIG), Some((1, &send)), None).unwrap();
+    let floats0 = floats(0, BIG / 4);
+    t.exchange(
+        &f32_tag(2, BIG / 4),
+        Some((1, bytemuck::cast_slice(&floats0))),
+        None,
+    )
+    .unwrap();
+    let mut echo = vec![0u8; BIG];
+    t.exchange(&tag(3, BIG), None, Some((1, Sink::Copy(&mut echo))))
+        .unwrap();
+    assert!(echo == send);
+    let mut sums = vec![0f32; BIG / 4];
+    let sink = Sink::Copy(bytemuck::cast_slice_mut(&mut sums));
+    t.exchange(&f32_tag(4, BIG / 4), None, Some((1, sink)))
+        .unwrap();
+    // Integers below 2^24: exact in f32.
+    let want: Vec<f32> = floats0
+        .iter()
+        .zip(floats(1, BIG / 4))
+        .map(|(a, b)| a + b)
+        .collect();
+    assert!(sums == want);
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn sender_waiting_for_a_single_copy_read_notices_the_reader_exited() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DirStore {
+        dir: dir.path().into(),
+        timeout: Duration::from_secs(20),
+    };
+    let o = opts("p/", Duration::from_secs(20));
+    let on = [("RINGSIDE_SHM_SINGLE_COPY", "processes".to_owned())];
+    let mut child = spawn_child("exit", dir.path(), &o, &on);
+    let mut t = ShmTransport::connect(&store, 0, 2, &o).unwrap();
+    if !t.single_copy_to(1, BIG) {
+        eprintln!("skipped: process_vm_readv is refused here, so nothing is sent by single copy");
+        return;
+    }
+    assert!(child.wait().unwrap().success());
+    let t0 = Instant::now();
+    let send = pattern(0, 1, BIG);
+    let r = t.exchange(&tag(1, BIG), Some((1, &send)), None);
+    assert!(matches!(r, Err(Error::PeerLost { rank: 1, .. })), "{r:?}");
+    let msg = r.unwrap_err().to_string();
+    assert!(msg.contains("from our memory (single copy)"), "{msg}");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}
+
 #[test]
 fn data_published_by_an_exited_peer_is_still_delivered() {
     let dir = tempfile::tempdir().unwrap();
@@ -186,10 +283,10 @@ fn data_published_by_an_exited_peer_is_still_delivered() {
     let mut child = spawn_child("send-and-exit", dir.path(), &o, &[]);
     let mut t = ShmTransport::connect(&store, 0, 2, &o).unwrap();
     assert!(child.wait().unwrap().success());
-    let mut got = vec![0u8; 100_000];
+    let mut got = vec![0u8; 50_000];
     t.exchange(&tag(5, got.len()), None, Some((1, Sink::Copy(&mut got))))
         .unwrap();
-    assert!(got == pattern(1, 5, 100_000));
+    assert!(got == pattern(1, 5, 50_000));
     // The next wait can never end: now the loss is reported.
     let r = t.exchange(&tag(6, 1), None, Some((1, Sink::Copy(&mut [0u8]))));
     assert!(matches!(r, Err(Error::PeerLost { rank: 1, .. })), "{r:?}");
