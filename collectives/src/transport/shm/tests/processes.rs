@@ -258,11 +258,11 @@ fn sender_waiting_for_a_single_copy_read_notices_the_reader_exited() {
     let on = [("RINGSIDE_SHM_SINGLE_COPY", "processes".to_owned())];
     let mut child = spawn_child("exit", dir.path(), &o, &on);
     let mut t = ShmTransport::connect(&store, 0, 2, &o).unwrap();
+    assert!(child.wait().unwrap().success());
     if !t.single_copy_to(1, BIG) {
         eprintln!("skipped: process_vm_readv is refused here, so nothing is sent by single copy");
         return;
     }
-    assert!(child.wait().unwrap().success());
     let t0 = Instant::now();
     let send = pattern(0, 1, BIG);
     let r = t.exchange(&tag(1, BIG), Some((1, &send)), None);
