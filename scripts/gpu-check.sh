@@ -14,7 +14,10 @@
 #        cargo build --release -p ringside --features collectives/nccl
 #
 #    takes the executables' paths from cargo's JSON messages, and copies them to
-#    target/gpu-check/bin (checked to stay under 64 MiB, the carry limit).
+#    target/gpu-check/bin, with the shared libraries they need that a GPU
+#    machine's image lacks (Gloo, OpenMPI and theirs: everything `ldd` names
+#    except torch's and the C/C++ runtime) in target/gpu-check/lib (checked to
+#    stay under 64 MiB, the carry limit).
 #
 # 2. Carry target/gpu-check into a checkout of the repo on the GPU machine (for the
 #    device `run` tool: carry ["target/gpu-check"]) and run there:
@@ -25,8 +28,8 @@
 #    default $RINGSIDE_GPU_TORCH, else /opt/torch/.venv/lib/python3.12/site-packages/torch.
 #    It runs, with RINGSIDE_REQUIRE_CUDA=1 (a missing GPU fails instead of skipping):
 #      a. collectives' NCCL tests: the "no CUDA device" check becomes "not applicable",
-#         NCCL is loaded from TORCH_DIR/../nvidia/nccl/lib via LIBTORCH (no
-#         LD_LIBRARY_PATH), the full conformance suite runs on one GPU and on all GPUs
+#         NCCL is loaded from TORCH_DIR/../nvidia/nccl/lib via LIBTORCH (not
+#         through LD_LIBRARY_PATH, which holds only the carried libraries), the full conformance suite runs on one GPU and on all GPUs
 #         (ranks as threads), and a device-memory all_reduce;
 #      b. trainers' CUDA tensor test (cuda_tensor_op_or_visible_skip), with
 #         LD_LIBRARY_PATH=TORCH_DIR/lib because the binary's rpath names the build
@@ -75,6 +78,10 @@ build() {
     cp "$trainers" "$pack/bin/trainers-tests"
     cp "$ringside" "$pack/bin/ringside"
     strip --strip-debug "$pack"/bin/* || die "strip failed"
+    mkdir -p "$pack/lib" || die "cannot create $pack/lib"
+    ldd "$pack"/bin/* | awk '$3 ~ /^\// {print $3}' | sort -u |
+        grep -Ev '/(libc|libm|libdl|libpthread|librt|libutil|libgcc_s|libstdc\+\+|libz)\.so|/torch/' |
+        while read -r lib; do cp -L "$lib" "$pack/lib/" || die "cannot copy $lib"; done
     {
         echo "built: $(date -u +%FT%TZ) on $(uname -n)"
         echo "commit: $(git rev-parse HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (dirty)')"
@@ -114,7 +121,10 @@ run_checks() {
 
     export LIBTORCH="$torch" RINGSIDE_REQUIRE_CUDA=1
     export RINGSIDE_TIMEOUT="${RINGSIDE_TIMEOUT:-120}" RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
-    unset LD_LIBRARY_PATH LOCAL_RANK
+    unset LOCAL_RANK
+    # Only the libraries carried beside the binaries (Gloo, OpenMPI): NCCL is
+    # found through LIBTORCH, and the trainers step adds torch's own.
+    export LD_LIBRARY_PATH="$pack/lib"
 
     local failed=()
     step() {
@@ -132,7 +142,7 @@ run_checks() {
     }
     # Each test uses every GPU: one at a time.
     step "collectives nccl tests" "$bin/collectives-nccl-tests" --test-threads=1
-    step "trainers CUDA test" env LD_LIBRARY_PATH="$torch/lib" \
+    step "trainers CUDA test" env LD_LIBRARY_PATH="$torch/lib:$pack/lib" \
         "$bin/trainers-tests" cuda_tensor_op_or_visible_skip --test-threads=1
     step "ringside conformance --backend nccl --nproc $ngpu" \
         "$bin/ringside" conformance --backend nccl --nproc "$ngpu"
