@@ -32,7 +32,7 @@ enum Command {
     Sweep(sweep::SweepArgs),
     /// nccl-tests for every backend: any collective, table, #wrong, JSON results with a manifest.
     Bench(bench_cmd::BenchArgs),
-    /// Turn results files into charts, an α–β model and an HTML report.
+    /// Turn results files into charts, a cost model (α, a bandwidth per cache regime, R² and residuals) and an HTML report.
     Report(report_cmd::ReportArgs),
     /// Run the conformance suite on this job's ranks (any launcher).
     Conformance(conformance_cmd::ConformanceArgs),

@@ -1,4 +1,4 @@
-//! `ringside report`: results files to charts, an α–β model and index.html.
+//! `ringside report`: results files to charts, a cost model and index.html.
 
 use std::path::PathBuf;
 

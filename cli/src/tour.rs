@@ -268,7 +268,9 @@ fn report_step(results: &ResultsWriter, out_dir: &std::path::Path) -> anyhow::Re
     let Some(path) = &results.path else {
         return Ok(());
     };
-    println!("\n4. Report: charts, the α–β model and scale predictions");
+    println!(
+        "\n4. Report: charts, the cost model (α + bandwidth per cache regime) and scale predictions"
+    );
     let opts = reports::ReportOptions::new(out_dir.join("report"));
     let report = reports::write_report(&[path], &opts)
         .with_context(|| format!("writing the report for {}", path.display()))?;

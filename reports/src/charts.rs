@@ -13,9 +13,9 @@ use plotters::prelude::*;
 
 use crate::dataset::Dataset;
 use crate::error::{Error, Result};
-use crate::fit::SeriesFit;
+use crate::fit::{Regimes, SeriesFit};
 use crate::results::Collective;
-use crate::units::{axis_bytes, fmt_us, sig3};
+use crate::units::{axis_bytes, fmt_bytes, fmt_us, sig3};
 
 /// Debian's DejaVu Sans (package `fonts-dejavu-core`).
 pub const DEFAULT_FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
@@ -44,20 +44,24 @@ impl Default for ChartOptions {
 /// The kinds of chart drawn per collective.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ChartKind {
-    /// Median time vs size, log–log, with the α–β curves.
+    /// Median time vs size, log–log, with the model curves and their breaks.
     Latency,
     /// Bus bandwidth vs size, log x.
     BusBandwidth,
     /// Min–max band around the median, log–log.
     Spread,
+    /// Relative residual (measured − model)/model vs size, log x: drawn for
+    /// all_reduce only, the collective the model is judged on.
+    Residuals,
     /// A lab's own [`measure::Figure`] (lines or stacked bars).
     Figure,
 }
 
 impl ChartKind {
-    /// All kinds, in page order.
-    pub const ALL: [ChartKind; 3] = [
+    /// All kinds drawn per collective, in page order.
+    pub const ALL: [ChartKind; 4] = [
         ChartKind::Latency,
+        ChartKind::Residuals,
         ChartKind::BusBandwidth,
         ChartKind::Spread,
     ];
@@ -68,6 +72,7 @@ impl ChartKind {
             ChartKind::Latency => "latency",
             ChartKind::BusBandwidth => "busbw",
             ChartKind::Spread => "spread",
+            ChartKind::Residuals => "residuals",
             ChartKind::Figure => "figure",
         }
     }
@@ -156,6 +161,14 @@ struct Line {
     markers: bool,
 }
 
+/// A vertical line at a model's break, labelled at the bottom of the plot
+/// unless the plot's data live there.
+struct Mark {
+    x: f64,
+    color: RGBColor,
+    label: Option<String>,
+}
+
 struct Band {
     color: RGBColor,
     /// (x, low, high)
@@ -175,6 +188,7 @@ struct Plot {
     y: YAxis,
     bands: Vec<Band>,
     lines: Vec<Line>,
+    marks: Vec<Mark>,
     model_legend: bool,
 }
 
@@ -266,9 +280,31 @@ fn legend_name(ds: &Dataset, id: usize) -> String {
     }
 }
 
-/// Describe the three charts of one collective, or none when it has no
-/// positive size and time (a barrier-only file).
-fn plots_for(ds: &Dataset, fits: &[SeriesFit], collective: Collective) -> Option<[Plot; 3]> {
+/// The residuals chart's y axis stops at ±50 %.
+const RESIDUAL_CLIP: f64 = 0.5;
+
+/// `cache → memory (model, 8 MiB)`, prefixed with the series when several
+/// series are drawn.
+fn break_label(name: Option<&str>, m: &Regimes, k: usize) -> String {
+    let what = format!(
+        "{} (model, {})",
+        m.transition(k),
+        fmt_bytes(m.regimes[k].from_bytes)
+    );
+    match name {
+        Some(n) => format!("{n}: {what}"),
+        None => what,
+    }
+}
+
+/// Describe the charts of one collective (latency, residuals for
+/// all_reduce, busbw, spread), or none when it has no positive size and time
+/// (a barrier-only file).
+fn plots_for(
+    ds: &Dataset,
+    fits: &[SeriesFit],
+    collective: Collective,
+) -> Option<Vec<(ChartKind, Plot)>> {
     let ids = ds.series_for(collective);
     let usable = |id: usize| {
         ds.points(id, collective)
@@ -297,14 +333,18 @@ fn plots_for(ds: &Dataset, fits: &[SeriesFit], collective: Collective) -> Option
     };
 
     // Model curves over each series' measured sizes (no extrapolation on
-    // the chart: the scale table is where predictions belong).
+    // the chart: the scale table is where predictions belong), a mark at
+    // each break, and the residuals.
     let mut model_lat = Vec::new();
     let mut model_bw = Vec::new();
+    let mut marks = Vec::new();
+    let mut residuals: Vec<Line> = Vec::new();
+    let several = data.len() > 1;
     for (id, pts) in &data {
-        let Some(fit) = fits
+        let Some(model) = fits
             .iter()
             .find(|f| f.series == *id && f.collective == collective)
-            .and_then(|f| f.fit.model())
+            .and_then(|f| f.model.as_ref())
         else {
             continue;
         };
@@ -312,9 +352,16 @@ fn plots_for(ds: &Dataset, fits: &[SeriesFit], collective: Collective) -> Option
             continue;
         };
         let (lo, hi) = (first.bytes as f64, last.bytes as f64);
-        let xs = log_samples(lo, hi, 48);
+        let mut xs = log_samples(lo, hi, 96);
+        // Sample both sides of each break so a jump is drawn as one.
+        for r in &model.regimes[1..] {
+            if r.from_bytes > lo && r.from_bytes < hi {
+                xs.extend([r.from_bytes * (1.0 - 1e-9), r.from_bytes]);
+            }
+        }
+        xs.sort_by(f64::total_cmp);
         let bus = collective.bus_factor(ds.series[*id].world);
-        let lat: Vec<(f64, f64)> = xs.iter().map(|&s| (s, fit.predict_us(s))).collect();
+        let lat: Vec<(f64, f64)> = xs.iter().map(|&s| (s, model.predict_us(s))).collect();
         // busbw the model implies: S·bus / t(S), bytes/µs → GB/s.
         let bw: Vec<(f64, f64)> = lat.iter().map(|&(s, t)| (s, s * bus / t * 1e-3)).collect();
         for (v, target) in [(lat, &mut model_lat), (bw, &mut model_bw)] {
@@ -326,6 +373,35 @@ fn plots_for(ds: &Dataset, fits: &[SeriesFit], collective: Collective) -> Option
                 markers: false,
             });
         }
+        for k in 1..model.regimes.len() {
+            marks.push(Mark {
+                x: model.regimes[k].from_bytes,
+                color: color(*id),
+                label: Some(break_label(
+                    several.then(|| ds.series[*id].name.as_str()),
+                    model,
+                    k,
+                )),
+            });
+        }
+        residuals.push(Line {
+            legend: Some(format!(
+                "{} (R² {:.3})",
+                legend_name(ds, *id),
+                model.r_squared
+            )),
+            color: color(*id),
+            stroke: stroke(*id),
+            points: pts
+                .iter()
+                .filter_map(|r| {
+                    model
+                        .relative_residual(r.bytes as f64, r.median_us)
+                        .map(|v| (r.bytes as f64, v))
+                })
+                .collect(),
+            markers: true,
+        });
     }
 
     let median_lines = |y: &dyn Fn(&crate::results::Record) -> f64| -> Vec<Line> {
@@ -358,6 +434,7 @@ fn plots_for(ds: &Dataset, fits: &[SeriesFit], collective: Collective) -> Option
         y: YAxis::Log(lat_y.0, lat_y.1),
         bands: Vec::new(),
         lines,
+        marks: marks.iter().map(Mark::copy).collect(),
         model_legend: has_model,
     };
 
@@ -377,6 +454,15 @@ fn plots_for(ds: &Dataset, fits: &[SeriesFit], collective: Collective) -> Option
         y: YAxis::Linear(0.0, if bw_max > 0.0 { bw_max * 1.12 } else { 1.0 }),
         bands: Vec::new(),
         lines,
+        // Lines only: small-size busbw hugs the bottom, where labels go, and
+        // the latency chart above names every break.
+        marks: marks
+            .iter()
+            .map(|m| Mark {
+                label: None,
+                ..m.copy()
+            })
+            .collect(),
         model_legend: has_model,
     };
 
@@ -405,9 +491,69 @@ fn plots_for(ds: &Dataset, fits: &[SeriesFit], collective: Collective) -> Option
         y: YAxis::Log(spread_y.0, spread_y.1),
         bands,
         lines: median_lines(&|r| r.median_us),
+        marks: Vec::new(),
         model_legend: false,
     };
-    Some([latency, busbw, spread])
+    let mut plots = vec![(ChartKind::Latency, latency)];
+    if collective == Collective::AllReduce && !residuals.is_empty() {
+        // Symmetric around 0, at least ±10 % so a good fit looks flat rather
+        // than zoomed-in noise, at most ±50 % so one hopeless series (a
+        // bimodal peer at +1000 %) does not flatten the others: points beyond
+        // are drawn at the edge, and the title says so.
+        let worst = residuals
+            .iter()
+            .flat_map(|l| l.points.iter().map(|p| p.1.abs()))
+            .fold(0.1f64, f64::max);
+        let limit = worst.min(RESIDUAL_CLIP);
+        let clipped = worst > RESIDUAL_CLIP;
+        for l in &mut residuals {
+            for p in &mut l.points {
+                p.1 = p.1.clamp(-limit, limit);
+            }
+        }
+        let zero = Line {
+            legend: None,
+            color: RGBColor(120, 120, 120),
+            stroke: Stroke::Model,
+            points: vec![x_range.0, x_range.1]
+                .into_iter()
+                .map(|x| (x, 0.0))
+                .collect(),
+            markers: false,
+        };
+        let mut lines = residuals;
+        lines.push(zero);
+        plots.push((
+            ChartKind::Residuals,
+            Plot {
+                title: format!(
+                    "{}{on}: model residuals{}",
+                    collective.key(),
+                    if clipped { ", clipped at ±50 %" } else { "" }
+                ),
+                y_desc: "(measured − model) / model, 0.1 = 10 %",
+                x_range,
+                y: YAxis::Linear(-limit * 1.25, limit * 1.25),
+                bands: Vec::new(),
+                lines,
+                marks: marks.iter().map(Mark::copy).collect(),
+                model_legend: false,
+            },
+        ));
+    }
+    plots.push((ChartKind::BusBandwidth, busbw));
+    plots.push((ChartKind::Spread, spread));
+    Some(plots)
+}
+
+impl Mark {
+    fn copy(&self) -> Mark {
+        Mark {
+            x: self.x,
+            color: self.color,
+            label: self.label.clone(),
+        }
+    }
 }
 
 fn style(color: RGBColor, stroke: Stroke) -> ShapeStyle {
@@ -466,12 +612,50 @@ where
                 .map_err(s)?;
         }
     }
+    let (y0, y1) = match plot.y {
+        YAxis::Log(a, b) | YAxis::Linear(a, b) => (a, b),
+    };
+    let (x0, x1) = plot.x_range;
+    for (i, m) in plot.marks.iter().enumerate() {
+        if !(m.x > x0 && m.x < x1) {
+            continue;
+        }
+        let st = m.color.mix(0.8).stroke_width(1);
+        chart
+            .draw_series(DashedLineSeries::new([(m.x, y0), (m.x, y1)], 6, 4, st))
+            .map_err(s)?;
+        let Some(label) = &m.label else {
+            continue;
+        };
+        // Labels stack up from the bottom, one row per mark, on a white
+        // box so data lines do not cross the text, and run away from the
+        // nearer side so they stay inside the plot. Placed in pixels: the
+        // stacking must not depend on the y scale.
+        let area = chart.plotting_area().strip_coord_spec();
+        let (base_x, _) = area.get_base_pixel();
+        let (px, _) = chart.as_coord_spec().translate(&(m.x, y0));
+        let style = ("sans-serif", 14).into_font().color(&m.color);
+        let (w, h) = area.estimate_text_size(label, &style).map_err(s)?;
+        let (w, h) = (w as i32, h as i32);
+        let (_, height) = area.dim_in_pixel();
+        let x_rel = px - base_x;
+        let right_half = (m.x / x0).ln() > 0.5 * (x1 / x0).ln();
+        let left = if right_half { x_rel - w - 6 } else { x_rel + 6 };
+        let top = height as i32 - 8 - (h + 6) * (i as i32 + 1);
+        area.draw(&Rectangle::new(
+            [(left - 3, top - 2), (left + w + 3, top + h + 2)],
+            WHITE.mix(0.85).filled(),
+        ))
+        .map_err(s)?;
+        area.draw(&Text::new(label.clone(), (left, top), style))
+            .map_err(s)?;
+    }
     if plot.model_legend {
         let grey = RGBColor(90, 90, 90).stroke_width(1);
         chart
             .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
             .map_err(s)?
-            .label("α–β model (thin dashes)")
+            .label("regime model (thin dashes)")
             .legend(move |(x, y)| {
                 let seg = |a: i32, b: i32| PathElement::new(vec![(a, 0), (b, 0)], grey);
                 EmptyElement::at((x, y)) + seg(0, 3) + seg(6, 9) + seg(12, 15) + seg(18, 21)
@@ -660,14 +844,16 @@ pub(crate) fn prepare(opts: &ChartOptions) -> Result<()> {
     use_font(&opts.font)
 }
 
-/// Draw every chart for every collective with data: latency (with the α–β
-/// curves), bus bandwidth and spread. Peer series are dashed.
+/// Draw every chart for every collective with data: latency (with the model
+/// curves and their breaks), residuals (all_reduce), bus bandwidth and
+/// spread. Peer series are dashed.
 pub fn render_charts(ds: &Dataset, fits: &[SeriesFit], opts: &ChartOptions) -> Result<Vec<Chart>> {
     prepare(opts)?;
     let mut charts = Vec::new();
     for collective in ds.collectives() {
         if let Some(plots) = plots_for(ds, fits, collective) {
-            for (plot, kind) in plots.iter().zip(ChartKind::ALL) {
+            for (kind, plot) in &plots {
+                let kind = *kind;
                 let stem = format!("{}-{}", kind.prefix(), collective.key());
                 let size = (opts.width, opts.height);
                 charts.push(render(
@@ -687,6 +873,88 @@ pub fn render_charts(ds: &Dataset, fits: &[SeriesFit], opts: &ChartOptions) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fit::fit_dataset;
+    use crate::results::{FORMAT, Record, ResultsFile};
+
+    /// all_reduce on 2 ranks: 20 GB/s in cache, 5 GB/s from memory,
+    /// continuous at 3 MiB, α = 1 µs; and a one-regime broadcast.
+    fn two_regime_dataset() -> Dataset {
+        let rec = |collective, bytes: u64, median_us: f64| Record {
+            label: "shm".into(),
+            backend: "reference".into(),
+            algo: String::new(),
+            peer: false,
+            collective,
+            world: 2,
+            bytes,
+            count: bytes / 4,
+            dtype: "f32".into(),
+            op: "sum".into(),
+            root: -1,
+            in_place: false,
+            iters: 5,
+            min_us: median_us * 0.9,
+            median_us,
+            mean_us: None,
+            p99_us: None,
+            max_us: median_us * 1.2,
+            algbw_gbps: None,
+            busbw_gbps: None,
+            wrong: 0,
+        };
+        let c = 3.0 * 1048576.0;
+        let mut records = Vec::new();
+        for k in 3..=26u32 {
+            let s = f64::from(1u32 << k);
+            let t = 1.0 + s.min(c) / 20_000.0 + (s - c).max(0.0) / 5_000.0;
+            records.push(rec(Collective::AllReduce, 1 << k, t));
+            records.push(rec(Collective::Broadcast, 1 << k, 1.0 + s / 9_000.0));
+        }
+        Dataset::from_files(vec![(
+            "r.json".into(),
+            ResultsFile {
+                format: FORMAT.into(),
+                manifest: serde_json::Value::Null,
+                records,
+                figures: vec![],
+            },
+        )])
+        .unwrap()
+    }
+
+    #[test]
+    fn the_break_is_marked_and_residuals_are_drawn_for_all_reduce_only() {
+        let ds = two_regime_dataset();
+        let fits = fit_dataset(&ds);
+        let charts = render_charts(&ds, &fits, &ChartOptions::default()).unwrap();
+        let stems: Vec<&str> = charts.iter().map(|c| c.stem.as_str()).collect();
+        assert_eq!(
+            stems,
+            [
+                "latency-all_reduce",
+                "residuals-all_reduce",
+                "busbw-all_reduce",
+                "spread-all_reduce",
+                "latency-broadcast",
+                "busbw-broadcast",
+                "spread-broadcast"
+            ]
+        );
+        let latency = &charts[0].svg;
+        // One series: the label needs no series name.
+        assert!(
+            latency.contains("cache → memory (model, 3 MiB)"),
+            "no break label"
+        );
+        assert!(latency.contains("regime model (thin dashes)"));
+        let residuals = &charts[1];
+        assert_eq!(residuals.kind, ChartKind::Residuals);
+        assert!(residuals.svg.contains("(R² 1.000)"), "legend lacks R²");
+        assert!(residuals.svg.contains("cache → memory (model, 3 MiB)"));
+        assert!(residuals.png.starts_with(b"\x89PNG") && residuals.png.len() > 5000);
+        // The broadcast is one regime: no break to mark.
+        assert!(!charts[4].svg.contains("(model,"));
+    }
 
     #[test]
     fn compact_svg_merges_equal_polylines_only() {

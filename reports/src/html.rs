@@ -4,7 +4,7 @@
 
 use crate::charts::Chart;
 use crate::dataset::Dataset;
-use crate::fit::{Fit, Pinned, SeriesFit};
+use crate::fit::{Join, OneRegime, Reduction, Regimes, SeriesFit};
 use crate::predict::{AllReduceAlgorithm, LinkModel, LinkSource, ScaleRow};
 use crate::summary::Summary;
 use crate::units::{fmt_bytes, fmt_us, sig3};
@@ -14,7 +14,7 @@ use crate::units::{fmt_bytes, fmt_us, sig3};
 pub struct Page<'a> {
     /// The merged inputs.
     pub dataset: &'a Dataset,
-    /// α–β fits per series and collective.
+    /// Fits (regime model and α–β baseline) per series and collective.
     pub fits: &'a [SeriesFit],
     /// The one-screen summary.
     pub summary: &'a Summary,
@@ -94,27 +94,132 @@ fn td_text(text: &str) -> String {
     format!("<td class=\"text\">{}</td>", escape_html(text))
 }
 
-fn fit_cells(fit: &Fit) -> String {
-    match fit {
-        Fit::Fitted(m) => {
-            let note = match m.pinned {
-                None => String::new(),
-                Some(Pinned::Alpha) => "α pinned at 0 (fit wanted α < 0)".into(),
-                Some(Pinned::Beta) => "β pinned at 0 (times do not grow with size)".into(),
-            };
-            [
-                td(&fmt_us(m.alpha_us)),
-                td(&m.bandwidth_gbps().map_or("∞".into(), sig3)),
-                td(&m.crossover_bytes().map_or("never".into(), fmt_bytes)),
-                td(&format!("{:.4}", m.r_squared)),
-                td(&format!("{}/{}", m.sizes, m.points)),
-                td_text(&note),
-            ]
-            .concat()
+/// `1/b` of every regime, e.g. `cache 7.9 → memory 1.6` (GB/s).
+pub(crate) fn bandwidths(m: &Regimes) -> String {
+    let one = |k: usize| {
+        let r = &m.regimes[k];
+        // 1/β when γ was split off, else 1/(β+γ) = 1/b.
+        let b = if m.reduction == Reduction::Separated {
+            r.beta_us_per_byte
+        } else {
+            r.cost_us_per_byte()
+        };
+        let gbps = if b > 0.0 {
+            sig3(1e-3 / b)
+        } else {
+            "∞".into()
+        };
+        if m.regimes.len() == 1 {
+            gbps
+        } else {
+            format!("{} {gbps}", m.regime_name(k))
         }
-        Fit::TooFewSizes { sizes } => format!(
-            "<td colspan=\"5\">—</td>{}",
-            td_text(&format!("no fit: {sizes} distinct size(s), need 2"))
+    };
+    (0..m.regimes.len())
+        .map(one)
+        .collect::<Vec<_>>()
+        .join(" → ")
+}
+
+/// The breaks, e.g. `11.3 MiB (cache → memory)`, or `—`.
+pub(crate) fn breaks(m: &Regimes) -> String {
+    let v: Vec<String> = (1..m.regimes.len())
+        .map(|k| {
+            format!(
+                "{} ({})",
+                fmt_bytes(m.regimes[k].from_bytes),
+                m.transition(k)
+            )
+        })
+        .collect();
+    if v.is_empty() {
+        "—".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// What a reader must know to trust the numbers of one model.
+fn notes(m: &Regimes) -> String {
+    let mut notes = Vec::new();
+    match m.one_regime {
+        Some(OneRegime::TooFewSizes { sizes }) => notes.push(format!(
+            "one regime: {sizes} size(s), a break needs {}",
+            crate::fit::MIN_SIZES_FIRST + crate::fit::MIN_SIZES_AFTER_BREAK
+        )),
+        Some(OneRegime::Plateau) => {
+            notes.push("one regime: too few sizes above the latency plateau for a break".into())
+        }
+        Some(OneRegime::NoGain) => notes.push("one regime: no break paid for itself".into()),
+        None => notes.push(match m.join {
+            Join::Continuous => "continuous at the breaks".into(),
+            Join::Jump => "piecewise: jumps at the breaks".into(),
+        }),
+    }
+    for k in 1..m.regimes.len() {
+        if let Some((lo, hi)) = m.regimes[k].bracket {
+            if m.join == Join::Jump {
+                notes.push(format!(
+                    "break {k} between {} and {}",
+                    fmt_bytes(lo),
+                    fmt_bytes(hi)
+                ));
+            }
+        }
+    }
+    match m.reduction {
+        Reduction::None => {}
+        Reduction::Combined => {
+            notes.push("bandwidths are 1/(β+γ): no all_gather to separate the reduction".into())
+        }
+        Reduction::Unresolved => notes
+            .push("bandwidths are 1/(β+γ): all_gather not cheaper per byte, γ unresolved".into()),
+        Reduction::Separated => {
+            let g: Vec<String> = m
+                .regimes
+                .iter()
+                .map(|r| {
+                    r.gamma_us_per_byte
+                        .filter(|g| *g > 0.0)
+                        .map_or("∞".into(), |g| sig3(1e-3 / g))
+                })
+                .collect();
+            notes.push(format!(
+                "bandwidths are 1/β; reduction 1/γ = {} GB/s (from all_gather)",
+                g.join(" → ")
+            ));
+        }
+    }
+    if m.alpha_pinned {
+        notes.push("α pinned at 0 (fit wanted α < 0)".into());
+    }
+    notes.join("; ")
+}
+
+fn fit_cells(f: &SeriesFit) -> String {
+    match &f.model {
+        Some(m) => [
+            td(&fmt_us(m.alpha_us)),
+            td_text(&bandwidths(m)),
+            td_text(&breaks(m)),
+            td(&format!("{:.3}", m.r_squared)),
+            td(&f
+                .fit
+                .model()
+                .map_or("—".into(), |ab| format!("{:.3}", ab.r_squared))),
+            td(&format!("{}/{}", m.sizes, m.points)),
+            td_text(&notes(m)),
+        ]
+        .concat(),
+        None => format!(
+            "<td colspan=\"6\">—</td>{}",
+            td_text(&format!(
+                "no fit: {} distinct size(s), need 2",
+                match f.fit {
+                    crate::fit::Fit::TooFewSizes { sizes } => sizes,
+                    crate::fit::Fit::Fitted(m) => m.sizes,
+                }
+            ))
         ),
     }
 }
@@ -161,18 +266,22 @@ fn summary_section(p: &Page<'_>) -> String {
         .fits
         .iter()
         .map(|f| {
-            let (alpha, bw) = match f.fit.model() {
+            let (alpha, bw, br, r2) = match &f.model {
                 Some(m) => (
                     fmt_us(m.alpha_us),
-                    m.bandwidth_gbps().map_or("∞".into(), sig3),
+                    bandwidths(m),
+                    breaks(m),
+                    format!("{:.3}", m.r_squared),
                 ),
-                None => ("no fit".into(), "—".into()),
+                None => ("no fit".into(), "—".into(), "—".into(), "—".into()),
             };
             [
                 td_text(&f.name),
                 td_text(f.collective.key()),
                 td(&alpha),
-                td(&bw),
+                td_text(&bw),
+                td_text(&br),
+                td(&r2),
             ]
             .concat()
         })
@@ -182,7 +291,9 @@ fn summary_section(p: &Page<'_>) -> String {
             ("series", T),
             ("collective", T),
             ("α", N),
-            ("1/β (GB/s)", N),
+            ("bandwidth by regime (GB/s)", T),
+            ("breaks", T),
+            ("R²", N),
         ],
         &rows,
     ));
@@ -202,7 +313,8 @@ fn charts_section(p: &Page<'_>) -> String {
     let mut s = String::from("<section id=\"charts\"><h2>Charts</h2>\n");
     s.push_str(
         "<p class=\"note\">Solid lines: our measurements; long dashes: peer (torch) \
-         measurements; thin short dashes: the fitted α–β model. Each chart is also next to \
+         measurements; thin short dashes: the fitted regime model; grey vertical lines: the \
+         breaks it found (labelled). Each chart is also next to \
          this page as PNG and SVG. Titles name the world size and the machine (its CPU model \
          and how many cores it has).</p>\n<p class=\"note\"><b>busbw</b> (bus bandwidth, as \
          nccl-tests defines it) = algbw × a factor per collective, where algbw = bytes / time: \
@@ -234,14 +346,30 @@ fn charts_section(p: &Page<'_>) -> String {
 }
 
 fn model_section(p: &Page<'_>) -> String {
-    let mut s = String::from("<section id=\"model\"><h2>α–β model</h2>\n");
+    let mut s = String::from("<section id=\"model\"><h2>Cost model</h2>\n");
     s.push_str(
-        "<p>Per series and collective, a least-squares fit of <code>t(S) = α + β·S·f</code> to \
-         the median times, with <code>f</code> the collective's bus factor (all_reduce \
-         2(n−1)/n, all_gather (n−1)/n, broadcast 1, …; 1 where it would be 0), so 1/β is \
-         comparable with busbw. Weighted by 1/t² (relative error), so the small sizes set α \
-         and the large ones set β. Crossover: the size where β·S·f = α — below it latency \
-         dominates, above it bandwidth. R² is on the same relative scale.</p>\n",
+        "<p>Per series and collective, <code>t(S) = α + S·f·b<sub>k</sub></code> with \
+         <code>f</code> the collective's bus factor (all_reduce 2(n−1)/n, all_gather (n−1)/n, \
+         broadcast 1, …; 1 where it would be 0), so 1/b is comparable with busbw, and \
+         <code>b<sub>k</sub> = β<sub>k</sub> + γ<sub>k</sub></code> the time per bus byte of \
+         regime <code>k</code>: moving (β) plus, for a reducing collective, reducing (γ; Thakur, \
+         Rabenseifner &amp; Gropp 2005). Regimes are size ranges with their own bandwidth — \
+         typically buffers in cache below a break, streamed from memory above it, and for \
+         some libraries a cheaper protocol for large messages. The fit finds the breaks: it \
+         tries every placement between measured sizes (above the latency plateau, at least 3 \
+         sizes in the first regime and 2 in each later one), fits α and every b ≥ 0 by least \
+         squares weighted by 1/t² (relative error, so the small sizes set α), and keeps a \
+         break only when the Bayesian information criterion says it pays for its two extra \
+         parameters. <em>Continuous</em>: bytes up to a break cost the lower regime's b, bytes \
+         beyond it the upper one's; <em>piecewise</em>: every byte of a message above a break \
+         costs the upper b, so the time jumps there, and the data place the break only \
+         between two measured sizes. γ is separated from β where the same series also \
+         measured all_gather (same bus bytes, no reduction: γ = b(all_reduce) − \
+         b(all_gather)); otherwise the bandwidth shown is 1/(β+γ).</p>\n<p><b>R²</b> is the \
+         weighted coefficient of determination on relative error: 1 − Σ((t − model)/t)² / \
+         Σ((t − t̄)/t)², with t̄ the 1/t²-weighted mean time — the scale the fit minimises; 1 \
+         is a perfect fit. <b>R² α–β</b> is the same for the one-bandwidth model \
+         <code>t = α + β·S·f</code> (Hockney), for comparison.</p>\n",
     );
     let rows: Vec<String> = p
         .fits
@@ -252,7 +380,7 @@ fn model_section(p: &Page<'_>) -> String {
                 td_text(&f.name),
                 td_text(f.collective.key()),
                 td(&f.world.to_string()),
-                fit_cells(&f.fit)
+                fit_cells(f)
             )
         })
         .collect();
@@ -262,9 +390,10 @@ fn model_section(p: &Page<'_>) -> String {
             ("collective", T),
             ("ranks", N),
             ("α", N),
-            ("1/β (GB/s)", N),
-            ("crossover S", N),
+            ("bandwidth by regime (GB/s)", T),
+            ("breaks", T),
             ("R²", N),
+            ("R² α–β", N),
             ("sizes/points", N),
             ("note", T),
         ],
@@ -281,9 +410,15 @@ fn scale_section(p: &Page<'_>) -> String {
          <code>2(p−1)·α + 2(p−1)/p·S·β</code>, recursive halving-doubling \
          <code>2·log2(p)·α + 2(p−1)/p·S·β</code> and binomial-tree reduce + broadcast \
          <code>2·log2(p)·(α + S·β)</code>. α here is the cost of one message: from the \
-         send_recv fit when there is one, otherwise the all_reduce fit's α divided by the \
-         2(n−1) steps of a ring on the n measured ranks. A model, not a measurement: \
-         contention, topology and congestion are not in it.</p>\n",
+         send_recv model when there is one, otherwise the all_reduce model's α divided by the \
+         2(n−1) steps of a ring on the n measured ranks. β is the cost per byte of the regime \
+         each rank's buffer S falls into, for every algorithm: the regimes are where the \
+         measured buffers stopped fitting in cache, and each rank reads and writes its whole \
+         buffer whatever the size of the chunks it sends (a ring's S/p chunks of a buffer \
+         past the cache still come from memory). From all_reduce, β includes its reduction \
+         cost γ; from send_recv it has none. The regime column names the one used. A model, \
+         not a measurement: contention for shared caches and memory, topology and \
+         congestion are not in it, so these are lower bounds.</p>\n",
     );
     if p.links.is_empty() {
         s.push_str("<p>No prediction: no series has a send_recv or all_reduce fit.</p>\n");
@@ -303,15 +438,28 @@ fn scale_section(p: &Page<'_>) -> String {
                     )
                 }
             };
-            let bw = if l.beta_us_per_byte > 0.0 {
-                sig3(1e-3 / l.beta_us_per_byte)
-            } else {
-                "∞".into()
-            };
+            let bw: Vec<String> = l
+                .regimes
+                .iter()
+                .map(|r| {
+                    let gbps = if r.beta_us_per_byte > 0.0 {
+                        sig3(1e-3 / r.beta_us_per_byte)
+                    } else {
+                        "∞".into()
+                    };
+                    if l.regimes.len() == 1 {
+                        gbps
+                    } else if r.from_buffer_bytes > 0.0 {
+                        format!("{} {gbps} from {}", r.name, fmt_bytes(r.from_buffer_bytes))
+                    } else {
+                        format!("{} {gbps}", r.name)
+                    }
+                })
+                .collect();
             [
                 td_text(&l.name),
                 td(&fmt_us(l.alpha_us)),
-                td(&bw),
+                td_text(&bw.join(" → ")),
                 td_text(&source),
             ]
             .concat()
@@ -321,7 +469,7 @@ fn scale_section(p: &Page<'_>) -> String {
         &[
             ("series", T),
             ("α per message", N),
-            ("1/β (GB/s)", N),
+            ("1/β by buffer size (GB/s)", T),
             ("from", T),
         ],
         &rows,
@@ -334,6 +482,7 @@ fn scale_section(p: &Page<'_>) -> String {
                 td_text(&r.name),
                 td(&fmt_bytes(r.bytes as f64)),
                 td(&r.ranks.to_string()),
+                td_text(r.regime),
             ]
             .concat();
             for (a, t) in AllReduceAlgorithm::ALL.iter().zip(r.times_us) {
@@ -349,6 +498,7 @@ fn scale_section(p: &Page<'_>) -> String {
             ("series", T),
             ("S", N),
             ("ranks p", N),
+            ("regime", T),
             ("ring", N),
             ("halving-doubling", N),
             ("binomial tree", N),
@@ -522,7 +672,7 @@ pub fn render_html(p: &Page<'_>) -> String {
         // Spaces between the links: they are the only places a narrow
         // screen may wrap the bar.
         "<nav><a href=\"#summary\">Summary</a> <a href=\"#charts\">Charts</a> \
-         <a href=\"#model\">α–β model</a> <a href=\"#scale\">Scale</a> \
+         <a href=\"#model\">Cost model</a> <a href=\"#scale\">Scale</a> \
          <a href=\"#results\">Results</a> <a href=\"#manifest\">Manifests</a></nav>\n</header>\n<main>\n",
     );
     s.push_str(&summary_section(p));

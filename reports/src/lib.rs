@@ -1,4 +1,5 @@
-//! Benchmark results (`ringside-results/1` files) to charts, an α–β model,
+//! Benchmark results (`ringside-results/1` files) to charts, a cost model
+//! (α plus a bandwidth per size regime, the α–β model as its baseline),
 //! scale predictions and a self-contained HTML report.
 //!
 //! The pipeline, each step usable on its own:
@@ -24,11 +25,15 @@ pub use charts::{Chart, ChartKind, ChartOptions, DEFAULT_FONT, render_charts};
 pub use dataset::{Dataset, Entry, Series, Source};
 pub use error::{Error, Result};
 pub use figure::render_figure;
-pub use fit::{AlphaBeta, Fit, Pinned, SeriesFit, fit_alpha_beta, fit_dataset};
+pub use fit::{
+    AlphaBeta, Fit, Join, MAX_REGIMES, MIN_SIZES_AFTER_BREAK, MIN_SIZES_FIRST, OneRegime,
+    PLATEAU_FACTOR, Pinned, Reduction, Regime, Regimes, SeriesFit, fit_alpha_beta, fit_dataset,
+    fit_regimes,
+};
 pub use html::{Page, escape_html, render_html};
 pub use predict::{
-    AllReduceAlgorithm, LinkModel, LinkSource, SCALE_RANKS, SCALE_SIZES, ScaleRow, link_models,
-    scale_predictions,
+    AllReduceAlgorithm, LinkModel, LinkRegime, LinkSource, SCALE_RANKS, SCALE_SIZES, ScaleRow,
+    link_models, scale_predictions,
 };
 pub use results::{Collective, FORMAT, Record, ResultsFile, parse_results, read_results};
 pub use summary::{RangeBest, SizeRange, Summary, summarize};

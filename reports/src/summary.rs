@@ -75,7 +75,7 @@ pub struct Summary {
     pub series: usize,
     /// Best series per collective and size range.
     pub best: Vec<RangeBest>,
-    /// The α–β fits.
+    /// The fits (regime model and α–β baseline).
     pub fits: Vec<SeriesFit>,
 }
 
@@ -178,8 +178,8 @@ impl Summary {
             .filter_map(|id| {
                 let mine = || self.fits.iter().filter(move |f| f.series == id);
                 mine()
-                    .find(|f| f.collective == Collective::AllReduce && f.fit.model().is_some())
-                    .or_else(|| mine().find(|f| f.fit.model().is_some()))
+                    .find(|f| f.collective == Collective::AllReduce && f.model.is_some())
+                    .or_else(|| mine().find(|f| f.model.is_some()))
                     .or_else(|| mine().next())
             })
             .collect()
@@ -235,32 +235,60 @@ impl fmt::Display for Summary {
                 cell(SizeRange::Large)
             )?;
         }
-        writeln!(f, "α–β fit, t = α + β·S·f (all_reduce where measured):")?;
         writeln!(
             f,
-            "  {:<w$} {:<14} {:>9} {:>11} {:>10} {:>6}",
-            "series", "collective", "α", "1/β", "crossover", "R²"
+            "model t = α + S·f·b_k, bandwidth 1/b per regime (all_reduce where measured):"
+        )?;
+        writeln!(
+            f,
+            "  {:<w$} {:<14} {:>9}  {:<22} {:<20} {:>5} {:>5}",
+            "series", "collective", "α", "1/b (GB/s)", "breaks", "R²", "α–β"
         )?;
         for s in self.headline_fits() {
             let name = clip(&s.name, w);
-            match &s.fit {
-                Fit::Fitted(m) => writeln!(
-                    f,
-                    "  {:<w$} {:<14} {:>9} {:>11} {:>10} {:>6.3}",
-                    name,
-                    s.collective.key(),
-                    fmt_us(m.alpha_us),
-                    m.bandwidth_gbps()
-                        .map_or("∞".into(), |g| format!("{} GB/s", sig3(g))),
-                    m.crossover_bytes().map_or("never".into(), fmt_bytes),
-                    m.r_squared
-                )?,
-                Fit::TooFewSizes { sizes } => writeln!(
-                    f,
-                    "  {:<w$} {:<14} no fit ({sizes} distinct size(s), need 2)",
-                    name,
-                    s.collective.key()
-                )?,
+            let old = s
+                .fit
+                .model()
+                .map_or("—".into(), |m| format!("{:.3}", m.r_squared));
+            match &s.model {
+                Some(m) => {
+                    let bw: Vec<String> = m
+                        .regimes
+                        .iter()
+                        .map(|r| r.bandwidth_gbps().map_or("∞".into(), sig3))
+                        .collect();
+                    let br: Vec<String> = m.regimes[1..]
+                        .iter()
+                        .map(|r| fmt_bytes(r.from_bytes))
+                        .collect();
+                    writeln!(
+                        f,
+                        "  {:<w$} {:<14} {:>9}  {:<22} {:<20} {:>5.3} {:>5}",
+                        name,
+                        s.collective.key(),
+                        fmt_us(m.alpha_us),
+                        bw.join(" → "),
+                        if br.is_empty() {
+                            "none".into()
+                        } else {
+                            br.join(", ")
+                        },
+                        m.r_squared,
+                        old
+                    )?
+                }
+                None => {
+                    let sizes = match s.fit {
+                        Fit::TooFewSizes { sizes } => sizes,
+                        Fit::Fitted(m) => m.sizes,
+                    };
+                    writeln!(
+                        f,
+                        "  {:<w$} {:<14} no fit ({sizes} distinct size(s), need 2)",
+                        name,
+                        s.collective.key()
+                    )?
+                }
             }
         }
         Ok(())

@@ -142,9 +142,11 @@ fn report_renders_in_headless_chromium() {
     let out = dir.path().join("report");
     let report = write_report(&[&input], &ReportOptions::new(&out)).unwrap();
 
-    // 2 collectives × 3 chart kinds, each as SVG and PNG.
-    assert_eq!(report.charts.len(), 6, "{:?}", report.charts);
-    assert_eq!(report.files.len(), 13);
+    // 2 collectives × 3 chart kinds plus all_reduce's residuals, each as
+    // SVG and PNG.
+    assert_eq!(report.charts.len(), 7, "{:?}", report.charts);
+    assert_eq!(report.files.len(), 15);
+    assert!(report.charts.contains(&"residuals-all_reduce".to_string()));
     for f in &report.files {
         assert!(
             std::fs::metadata(f).unwrap().len() > 500,
@@ -156,7 +158,7 @@ fn report_renders_in_headless_chromium() {
     assert!(text.contains("reference-shm"), "{text}");
 
     let latency = std::fs::read_to_string(out.join("latency-all_reduce.svg")).unwrap();
-    for legend in ["α–β model", "torch-gloo (peer)", "reference-shm"] {
+    for legend in ["regime model", "torch-gloo (peer)", "reference-shm"] {
         assert!(
             latency.contains(legend),
             "latency chart lacks legend entry {legend}"
