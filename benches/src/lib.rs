@@ -13,6 +13,7 @@
 pub mod child;
 pub mod error;
 pub mod labels;
+pub mod memcpy;
 pub mod report;
 pub mod sizes;
 

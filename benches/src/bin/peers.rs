@@ -18,6 +18,7 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use ringside_benches::memcpy;
 use ringside_benches::report::{self, Results};
 use ringside_benches::sizes::{format_size, parse_size};
 use ringside_benches::{Label, Sweep, child};
@@ -276,14 +277,28 @@ fn real_main() -> Result<ExitCode> {
                 println!("target: {}", t.describe());
             }
         }
+    }
+    let copy_bound = copy_bound(&results, &impls, &sizes, &args);
+    if compared || copy_bound.is_some() {
+        let (pass, miss) = match copy_bound {
+            Some(true) => (1, 0),
+            Some(false) => (0, 1),
+            None => (0, 0),
+        };
         println!(
             "targets: {} met, {} missed, {} not measured",
-            summary.pass,
-            summary.miss.len(),
+            summary.pass + pass,
+            summary.miss.len() + miss,
             summary.unmeasured.len()
         );
         for (name, bytes, v) in &summary.miss {
             println!("  missed {name} at {}: {v:.2}", format_size(*bytes));
+        }
+        if copy_bound == Some(false) {
+            println!(
+                "  missed shm busbw / memcpy at {}",
+                format_size(memcpy::JUDGED_AT)
+            );
         }
         for (name, bytes) in &summary.unmeasured {
             println!("  not measured {name} at {}", format_size(*bytes));
@@ -300,10 +315,63 @@ fn real_main() -> Result<ExitCode> {
         }
         return Ok(ExitCode::FAILURE);
     }
-    if args.require_targets && (!summary.all_met() || !skipped.is_empty()) {
+    if args.require_targets
+        && (!summary.all_met() || !skipped.is_empty() || copy_bound == Some(false))
+    {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Measures one core's memcpy at every size of 1 MiB or more that
+/// ringside-shm ran, prints it beside ringside-shm's busbw, and judges the
+/// share at [`memcpy::JUDGED_AT`] (world 2): `Some(met)`, or `None` where it
+/// does not apply.
+fn copy_bound(results: &Results, impls: &[Label], sizes: &[u64], args: &Args) -> Option<bool> {
+    if !impls.contains(&Label::RingsideShm) {
+        return None;
+    }
+    let big: Vec<u64> = sizes.iter().copied().filter(|&b| b >= 1 << 20).collect();
+    if big.is_empty() {
+        return None;
+    }
+    println!();
+    println!(
+        "copy bound: one core's memcpy of the same bytes, measured now ({} iters, median)",
+        args.iters
+    );
+    println!(
+        "{:>10} {:>12} {:>14} {:>8}",
+        "size", "memcpy GB/s", "shm busbw GB/s", "share"
+    );
+    let mut judged = None;
+    for bytes in big {
+        let copy = memcpy::measure(bytes, args.iters, args.warmup);
+        let ours = results.get(Label::RingsideShm, bytes);
+        let busbw = ours.map(|r| r.computed_busbw());
+        let share = busbw.map(|b| b / copy.gbps());
+        let mut verdict = "";
+        if bytes == memcpy::JUDGED_AT && args.world == 2 {
+            if let Some(s) = share {
+                let met = s >= memcpy::TARGET_SHARE;
+                verdict = if met { " ok" } else { " MISS" };
+                judged = Some(met);
+            }
+        }
+        println!(
+            "{:>10} {:>12} {:>14} {:>8}{verdict}",
+            format_size(bytes),
+            format!("{:.2}", copy.gbps()),
+            busbw.map_or("-".into(), |b| format!("{b:.2}")),
+            share.map_or("-".into(), |s| format!("{s:.2}")),
+        );
+    }
+    println!(
+        "target: ringside-shm busbw >= {:.0}% of one core's memcpy at {}, world 2",
+        memcpy::TARGET_SHARE * 100.0,
+        format_size(memcpy::JUDGED_AT)
+    );
+    judged
 }
 
 /// The flags every implementation takes, as plain byte counts.
