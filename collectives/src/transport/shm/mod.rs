@@ -44,6 +44,8 @@
 //! - `ring.rs`: the single-producer/single-consumer byte rings.
 //! - `single_copy.rs`: large messages read straight from the sender's
 //!   buffer (between thread ranks by default).
+//! - `streaming.rs`: copying messages larger than the cache out of the ring
+//!   without reading their destination first.
 //! - `wait.rs`: spinning, yielding and sleeping on the doorbell, and binding
 //!   each rank to a CPU of its own so that spinning pays.
 //! - `liveness.rs`: noticing that a peer's process has died.
@@ -54,6 +56,7 @@ mod liveness;
 mod ring;
 mod segment;
 mod single_copy;
+mod streaming;
 #[cfg(test)]
 mod tests;
 mod wait;

@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use super::ShmTransport;
 use super::segment::REASON_MAX;
 use super::single_copy::{self, DESCRIPTOR_LEN};
+use super::streaming;
 use crate::error::{Error, Result};
 use crate::transport::{FLAG_ABORT, Frame, HEADER_LEN, Sink, Tag};
 
@@ -253,12 +254,24 @@ impl ShmTransport {
                 // SAFETY: [pos, pos+take) is published and ours until the tail
                 // moves; the producer does not write it meanwhile. Both pieces
                 // start 8-aligned, so reductions see whole elements.
+                // The whole operation's buffer decides (an all_reduce of
+                // 32 MiB receives 16 MiB messages but sweeps all 32 MiB).
+                let whole = (tag.count as usize).saturating_mul(tag.dtype.size());
+                let stream = r.want.max(whole) >= streaming::threshold();
                 unsafe {
-                    r.sink
-                        .absorb(done, std::slice::from_raw_parts(ring.add(off), first));
+                    absorb(
+                        &mut r.sink,
+                        done,
+                        std::slice::from_raw_parts(ring.add(off), first),
+                        stream,
+                    );
                     if first < take {
-                        r.sink
-                            .absorb(done + first, std::slice::from_raw_parts(ring, take - first));
+                        absorb(
+                            &mut r.sink,
+                            done + first,
+                            std::slice::from_raw_parts(ring, take - first),
+                            stream,
+                        );
                     }
                 }
                 let done = done + take;
@@ -321,6 +334,15 @@ impl ShmTransport {
             }
         }
         false
+    }
+}
+
+/// Hands ring bytes to the sink; a copy of a message larger than the cache
+/// (`stream`) bypasses it (see `streaming.rs`).
+fn absorb(sink: &mut Sink<'_>, offset: usize, bytes: &[u8], stream: bool) {
+    match sink {
+        Sink::Copy(d) if stream => streaming::copy(&mut d[offset..offset + bytes.len()], bytes),
+        _ => sink.absorb(offset, bytes),
     }
 }
 

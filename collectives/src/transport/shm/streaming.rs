@@ -1,0 +1,105 @@
+//! Copies out of the ring that bypass the cache, for messages too large to
+//! stay in it.
+//!
+//! An ordinary store to a line that is not in cache first reads the line
+//! from memory ("read for ownership"), so copying a message out of the ring
+//! into a destination of tens of MiB moves its bytes over the memory bus
+//! three times: the read for ownership, and later the write-back, on top of
+//! the ring's own (cache-resident) read. Non-temporal stores write whole
+//! lines without reading them first. glibc's `memcpy` switches to them
+//! itself, but only for copies larger than about three quarters of the
+//! last-level cache; the ring hands over 64 KiB pieces, so it never does.
+//! Here the decision is taken on the whole message instead, with glibc's
+//! rule: a message larger than [`threshold`] would evict the cache anyway,
+//! so nobody reads it from cache afterwards.
+
+use std::sync::OnceLock;
+
+/// Messages at least this large are copied out of the ring with
+/// non-temporal stores: three quarters of the last-level cache (glibc's
+/// `x86_shared_non_temporal_threshold`), or 8 MiB where sysfs does not say.
+pub(super) fn threshold() -> usize {
+    static T: OnceLock<usize> = OnceLock::new();
+    *T.get_or_init(|| last_level_cache().map_or(8 << 20, |c| c / 4 * 3))
+}
+
+/// The largest cache of CPU 0 as sysfs reports it (bytes).
+fn last_level_cache() -> Option<usize> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.filter_map(|e| {
+        let size = std::fs::read_to_string(e.ok()?.path().join("size")).ok()?;
+        parse_size(size.trim())
+    })
+    .max()
+}
+
+/// `32768K`, `2M`, `512` → bytes.
+fn parse_size(s: &str) -> Option<usize> {
+    let (digits, mult) = match s.as_bytes().last()? {
+        b'K' => (&s[..s.len() - 1], 1 << 10),
+        b'M' => (&s[..s.len() - 1], 1 << 20),
+        b'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    digits.parse::<usize>().ok()?.checked_mul(mult)
+}
+
+/// Copies `src` into `dst` (same length) with non-temporal stores where
+/// the destination is 16-byte aligned, ordinary copies for the unaligned
+/// head and the tail, and a store fence at the end so the bytes are
+/// ordered before whatever this thread publishes next.
+pub(super) fn copy(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len(), "streaming copy of unequal lengths");
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+        let head = dst.as_ptr().align_offset(16).min(dst.len());
+        dst[..head].copy_from_slice(&src[..head]);
+        let body = (dst.len() - head) / 16 * 16;
+        let (d, s) = (dst[head..].as_mut_ptr(), src[head..].as_ptr());
+        let mut i = 0;
+        while i < body {
+            // SAFETY: SSE2 is part of x86-64; d + i is 16-aligned and both
+            // ranges [i, i+16) lie inside the slices (i + 16 <= body).
+            unsafe {
+                let v = _mm_loadu_si128(s.add(i).cast::<__m128i>());
+                _mm_stream_si128(d.add(i).cast::<__m128i>(), v);
+            }
+            i += 16;
+        }
+        let done = head + body;
+        dst[done..].copy_from_slice(&src[done..]);
+        // SAFETY: a fence; no preconditions.
+        unsafe { _mm_sfence() };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    dst.copy_from_slice(src);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streaming_copy_is_exact_at_every_alignment_and_length() {
+        let src: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+        for off in 0..17 {
+            for len in [0, 1, 15, 16, 17, 31, 100, 1000, 4000 - off] {
+                let mut buf = vec![0xAAu8; 4096 + 32];
+                copy(&mut buf[off..off + len], &src[..len]);
+                assert_eq!(&buf[off..off + len], &src[..len], "off {off} len {len}");
+                assert!(buf[..off].iter().all(|&b| b == 0xAA), "head touched");
+                assert!(buf[off + len..].iter().all(|&b| b == 0xAA), "tail touched");
+            }
+        }
+    }
+
+    #[test]
+    fn cache_sizes_parse_as_sysfs_writes_them() {
+        assert_eq!(parse_size("32768K"), Some(32 << 20));
+        assert_eq!(parse_size("2M"), Some(2 << 20));
+        assert_eq!(parse_size("512"), Some(512));
+        assert_eq!(parse_size("x"), None);
+        assert!(threshold() >= 1 << 10);
+    }
+}
