@@ -874,33 +874,13 @@ pub fn render_charts(ds: &Dataset, fits: &[SeriesFit], opts: &ChartOptions) -> R
 mod tests {
     use super::*;
     use crate::fit::fit_dataset;
-    use crate::results::{FORMAT, Record, ResultsFile};
+    use crate::testing;
 
     /// all_reduce on 2 ranks: 20 GB/s in cache, 5 GB/s from memory,
     /// continuous at 3 MiB, α = 1 µs; and a one-regime broadcast.
     fn two_regime_dataset() -> Dataset {
-        let rec = |collective, bytes: u64, median_us: f64| Record {
-            label: "shm".into(),
-            backend: "reference".into(),
-            algo: String::new(),
-            peer: false,
-            collective,
-            world: 2,
-            bytes,
-            count: bytes / 4,
-            dtype: "f32".into(),
-            op: "sum".into(),
-            root: -1,
-            in_place: false,
-            iters: 5,
-            min_us: median_us * 0.9,
-            median_us,
-            mean_us: None,
-            p99_us: None,
-            max_us: median_us * 1.2,
-            algbw_gbps: None,
-            busbw_gbps: None,
-            wrong: 0,
+        let rec = |collective, bytes: u64, median_us: f64| {
+            testing::record("shm", collective, 2, bytes, median_us)
         };
         let c = 3.0 * 1048576.0;
         let mut records = Vec::new();
@@ -910,16 +890,7 @@ mod tests {
             records.push(rec(Collective::AllReduce, 1 << k, t));
             records.push(rec(Collective::Broadcast, 1 << k, 1.0 + s / 9_000.0));
         }
-        Dataset::from_files(vec![(
-            "r.json".into(),
-            ResultsFile {
-                format: FORMAT.into(),
-                manifest: serde_json::Value::Null,
-                records,
-                figures: vec![],
-            },
-        )])
-        .unwrap()
+        testing::dataset(records)
     }
 
     #[test]

@@ -244,41 +244,10 @@ impl Dataset {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::FORMAT;
+    use crate::testing::{self, file};
 
     fn rec(label: &str, world: usize, bytes: u64, median: f64) -> Record {
-        Record {
-            label: label.into(),
-            backend: "reference".into(),
-            algo: "auto".into(),
-            peer: label.starts_with("torch"),
-            collective: Collective::AllReduce,
-            world,
-            bytes,
-            count: bytes / 4,
-            dtype: "f32".into(),
-            op: "sum".into(),
-            root: -1,
-            in_place: false,
-            iters: 10,
-            min_us: median * 0.9,
-            median_us: median,
-            mean_us: None,
-            p99_us: None,
-            max_us: median * 1.2,
-            algbw_gbps: None,
-            busbw_gbps: None,
-            wrong: 0,
-        }
-    }
-
-    fn file(records: Vec<Record>) -> ResultsFile {
-        ResultsFile {
-            format: FORMAT.into(),
-            manifest: serde_json::Value::Null,
-            records,
-            figures: vec![],
-        }
+        testing::record(label, Collective::AllReduce, world, bytes, median)
     }
 
     #[test]

@@ -17,6 +17,8 @@ mod html;
 mod predict;
 mod results;
 mod summary;
+#[cfg(test)]
+mod testing;
 mod units;
 
 use std::path::{Path, PathBuf};

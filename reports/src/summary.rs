@@ -299,32 +299,11 @@ impl fmt::Display for Summary {
 mod tests {
     use super::*;
     use crate::fit::fit_dataset;
-    use crate::results::{FORMAT, Record, ResultsFile};
+    use crate::results::Record;
+    use crate::testing;
 
     fn rec(label: &str, bytes: u64, median: f64) -> Record {
-        Record {
-            label: label.into(),
-            backend: label.into(),
-            algo: String::new(),
-            peer: false,
-            collective: Collective::AllReduce,
-            world: 2,
-            bytes,
-            count: 0,
-            dtype: "f32".into(),
-            op: "sum".into(),
-            root: -1,
-            in_place: false,
-            iters: 5,
-            min_us: median,
-            median_us: median,
-            mean_us: None,
-            p99_us: None,
-            max_us: median,
-            algbw_gbps: None,
-            busbw_gbps: None,
-            wrong: 0,
-        }
+        testing::record(label, Collective::AllReduce, 2, bytes, median)
     }
 
     #[test]
@@ -336,16 +315,7 @@ mod tests {
             records.push(rec("lat", s, 2.0 + s as f64 * 1e-3));
             records.push(rec("bw", s, 20.0 + s as f64 * 1e-4));
         }
-        let ds = Dataset::from_files(vec![(
-            "r.json".into(),
-            ResultsFile {
-                format: FORMAT.into(),
-                manifest: serde_json::Value::Null,
-                records,
-                figures: vec![],
-            },
-        )])
-        .unwrap();
+        let ds = testing::dataset(records);
         let fits = fit_dataset(&ds);
         let s = summarize(&ds, &fits);
         let winners: Vec<(SizeRange, &str)> = s

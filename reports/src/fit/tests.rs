@@ -2,7 +2,8 @@
 
 use super::lsq::nonneg_wls;
 use super::*;
-use crate::results::{FORMAT, Record, ResultsFile};
+use crate::results::Record;
+use crate::testing;
 
 fn sizes() -> Vec<f64> {
     (3..=26).map(|k| f64::from(1u32 << k)).collect()
@@ -323,29 +324,7 @@ fn relative_residuals_are_measured_over_model() {
 // ---- the dataset: γ split from β ----
 
 fn rec(label: &str, collective: Collective, bytes: u64, median_us: f64) -> Record {
-    Record {
-        label: label.into(),
-        backend: label.into(),
-        algo: String::new(),
-        peer: false,
-        collective,
-        world: 4,
-        bytes,
-        count: bytes / 4,
-        dtype: "f32".into(),
-        op: "sum".into(),
-        root: -1,
-        in_place: false,
-        iters: 5,
-        min_us: median_us,
-        median_us,
-        mean_us: None,
-        p99_us: None,
-        max_us: median_us,
-        algbw_gbps: None,
-        busbw_gbps: None,
-        wrong: 0,
-    }
+    testing::record(label, collective, 4, bytes, median_us)
 }
 
 #[test]
@@ -385,16 +364,7 @@ fn all_gather_of_the_same_series_separates_gamma() {
             alpha + f_ar * s * (beta(s) + gamma),
         ));
     }
-    let ds = Dataset::from_files(vec![(
-        "r.json".into(),
-        ResultsFile {
-            format: FORMAT.into(),
-            manifest: serde_json::Value::Null,
-            records,
-            figures: vec![],
-        },
-    )])
-    .unwrap();
+    let ds = testing::dataset(records);
     let fits = fit_dataset(&ds);
     let find = |name: &str, c: Collective| {
         fits.iter()

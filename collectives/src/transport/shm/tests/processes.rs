@@ -83,6 +83,25 @@ fn spawn_child(role: &str, dir: &Path, o: &TransportOptions, extra: &[(&str, Str
     cmd.spawn().unwrap()
 }
 
+/// Rank 0 here, rank 1 a child process in `role` (with `extra`
+/// environment), connected through a fresh store; the folder lives as long
+/// as the returned guard.
+fn parent_and_child(
+    role: &str,
+    timeout: Duration,
+    extra: &[(&str, String)],
+) -> (tempfile::TempDir, Child, ShmTransport) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DirStore {
+        dir: dir.path().into(),
+        timeout: Duration::from_secs(20),
+    };
+    let o = opts("p/", timeout);
+    let child = spawn_child(role, dir.path(), &o, extra);
+    let t = ShmTransport::connect(&store, 0, 2, &o).unwrap();
+    (dir, child, t)
+}
+
 fn child_opts() -> TransportOptions {
     let hex_token = std::env::var("RINGSIDE_SHM_TEST_TOKEN").unwrap();
     let mut token = [0u8; 16];
@@ -172,15 +191,7 @@ fn child_rank() {
 
 #[test]
 fn killed_peer_process_is_lost_within_a_second() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = DirStore {
-        dir: dir.path().into(),
-        timeout: Duration::from_secs(20),
-    };
-    let mut o = opts("p/", Duration::from_secs(20));
-    o.prefix = "p/".into();
-    let mut child = spawn_child("hang", dir.path(), &o, &[]);
-    let mut t = ShmTransport::connect(&store, 0, 2, &o).unwrap();
+    let (_dir, mut child, mut t) = parent_and_child("hang", Duration::from_secs(20), &[]);
     assert!(t.peers[1].watch, "a separate process must be watched");
     let pid = child.id();
     let killer = std::thread::spawn(move || {
@@ -213,15 +224,9 @@ const BIG: usize = (3 << 20) + 12;
 
 #[test]
 fn single_copy_between_processes_reads_the_senders_memory() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = DirStore {
-        dir: dir.path().into(),
-        timeout: Duration::from_secs(20),
-    };
-    let o = opts("p/", Duration::from_secs(20));
     let on = [("RINGSIDE_SHM_SINGLE_COPY", "processes".to_owned())];
-    let mut child = spawn_child("single-copy-echo", dir.path(), &o, &on);
-    let mut t = ShmTransport::connect(&store, 0, 2, &o).unwrap();
+    let (_dir, mut child, mut t) =
+        parent_and_child("single-copy-echo", Duration::from_secs(20), &on);
     // The child offered to read our memory (if this kernel lets it: without
     // process_vm_readv the ring carries the same bytes, so only say so).
     if !t.single_copy_to(1, BIG) {
@@ -256,14 +261,8 @@ fn single_copy_between_processes_reads_the_senders_memory() {
 
 #[test]
 fn a_message_larger_than_the_cache_arrives_intact_through_the_ring() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = DirStore {
-        dir: dir.path().into(),
-        timeout: Duration::from_secs(20),
-    };
-    let o = opts("p/", Duration::from_secs(20));
-    let mut child = spawn_child("send-past-cache", dir.path(), &o, &[]);
-    let mut t = ShmTransport::connect(&store, 0, 2, &o).unwrap();
+    let (_dir, mut child, mut t) =
+        parent_and_child("send-past-cache", Duration::from_secs(20), &[]);
     // Between processes single copy is off by default: the ring carries it.
     assert!(!t.single_copy_to(1, 1 << 30));
     let len = super::super::streaming::threshold() + 13;
@@ -277,15 +276,8 @@ fn a_message_larger_than_the_cache_arrives_intact_through_the_ring() {
 
 #[test]
 fn sender_waiting_for_a_single_copy_read_notices_the_reader_exited() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = DirStore {
-        dir: dir.path().into(),
-        timeout: Duration::from_secs(20),
-    };
-    let o = opts("p/", Duration::from_secs(20));
     let on = [("RINGSIDE_SHM_SINGLE_COPY", "processes".to_owned())];
-    let mut child = spawn_child("exit", dir.path(), &o, &on);
-    let mut t = ShmTransport::connect(&store, 0, 2, &o).unwrap();
+    let (_dir, mut child, mut t) = parent_and_child("exit", Duration::from_secs(20), &on);
     assert!(child.wait().unwrap().success());
     if !t.single_copy_to(1, BIG) {
         eprintln!("skipped: process_vm_readv is refused here, so nothing is sent by single copy");
@@ -302,14 +294,7 @@ fn sender_waiting_for_a_single_copy_read_notices_the_reader_exited() {
 
 #[test]
 fn data_published_by_an_exited_peer_is_still_delivered() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = DirStore {
-        dir: dir.path().into(),
-        timeout: Duration::from_secs(20),
-    };
-    let o = opts("p/", Duration::from_secs(20));
-    let mut child = spawn_child("send-and-exit", dir.path(), &o, &[]);
-    let mut t = ShmTransport::connect(&store, 0, 2, &o).unwrap();
+    let (_dir, mut child, mut t) = parent_and_child("send-and-exit", Duration::from_secs(20), &[]);
     assert!(child.wait().unwrap().success());
     let mut got = vec![0u8; 50_000];
     t.exchange(&tag(5, got.len()), None, Some((1, Sink::Copy(&mut got))))
@@ -322,15 +307,12 @@ fn data_published_by_an_exited_peer_is_still_delivered() {
 
 #[test]
 fn futex_wakes_a_sleeping_peer_process_promptly() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = DirStore {
-        dir: dir.path().into(),
-        timeout: Duration::from_secs(20),
-    };
-    let o = opts("p/", Duration::from_secs(20));
     let rounds = 20u32;
-    let mut child = spawn_child("echo", dir.path(), &o, &[("ROUNDS", rounds.to_string())]);
-    let mut t = ShmTransport::connect(&store, 0, 2, &o).unwrap();
+    let (_dir, mut child, mut t) = parent_and_child(
+        "echo",
+        Duration::from_secs(20),
+        &[("ROUNDS", rounds.to_string())],
+    );
     let mut trips = Vec::new();
     for seq in 0..rounds {
         // Long enough for the child to stop spinning and sleep on its futex.
