@@ -114,6 +114,16 @@ pub struct ShmTransport {
     reach: Vec<Reach>,
     /// Where a cross-process single-copy reduction lands first.
     bounce: Vec<u64>,
+    /// This rank's CPU binding, undone when the transport goes.
+    binding: Option<crate::sys::affinity::Binding>,
+}
+
+impl Drop for ShmTransport {
+    fn drop(&mut self) {
+        if let Some(b) = self.binding.take() {
+            b.restore();
+        }
+    }
 }
 
 impl fmt::Debug for ShmTransport {
@@ -242,7 +252,7 @@ impl ShmTransport {
         attached?;
 
         let peers = peer_procs(&seg, &layout, rank);
-        wait::bind_rank(rank, world);
+        let binding = wait::bind_rank(rank, world);
         // All ranks of this transport share the host, so the world size is
         // the number of ranks competing for its cores.
         let cores = super::host_cpus();
@@ -268,6 +278,7 @@ impl ShmTransport {
             cpu: 0,
             reach: vec![Reach::Ring; world],
             bounce: Vec::new(),
+            binding,
         };
         t.probe_peers(mode);
         // Every receiver has said whether it can read its senders' memory

@@ -3,6 +3,7 @@
 //! in short slices, re-checking the deadline, the abort word and the peer's
 //! liveness between them. Whoever publishes for a sleeping rank rings its bell.
 
+use crate::sys::affinity;
 use std::sync::atomic::{AtomicU32, Ordering, fence};
 use std::time::{Duration, Instant};
 
@@ -218,17 +219,14 @@ impl ShmTransport {
     }
 }
 
-/// Binds this rank's thread to a CPU of its own when the ranks fit the CPUs
-/// (see [`crate::sys::affinity`]); `RINGSIDE_BIND=none` leaves placement to
-/// the scheduler. Best effort: a refusal (a container's seccomp policy) leaves
+/// Binds this rank's thread to a share of the CPUs of its own when the
+/// ranks fit the CPUs (see [`crate::sys::affinity`]), until the returned
+/// binding is restored; `RINGSIDE_BIND=none` leaves placement to the
+/// scheduler. Best effort: a refusal (a container's seccomp policy) leaves
 /// the thread where it is.
-pub(super) fn bind_rank(rank: usize, world: usize) {
-    use crate::sys::affinity;
+pub(super) fn bind_rank(rank: usize, world: usize) -> Option<affinity::Binding> {
     let opt_out = std::env::var("RINGSIDE_BIND").is_ok_and(|v| v == "none");
-    let Ok(allowed) = affinity::allowed_cpus() else {
-        return;
-    };
-    if let Some(cpu) = affinity::cpu_for(rank, world, &allowed, opt_out) {
-        let _ = affinity::bind_to(cpu);
-    }
+    let allowed = affinity::allowed_cpus().ok()?;
+    let cpus = affinity::cpus_for(rank, world, &allowed, opt_out)?;
+    affinity::Binding::new(&cpus).ok()
 }
