@@ -235,7 +235,10 @@ fn tour_writes_results_and_a_report_with_the_torch_peer() {
         "{}",
         index.display()
     );
-    assert!(stdout.contains("α–β fit"), "{stdout}");
+    assert!(
+        stdout.contains("model t = α + S·f·b_k") && stdout.contains("R²"),
+        "{stdout}"
+    );
 }
 
 /// Ctrl-C in the middle of a sweep: the job stops, and the results file holds

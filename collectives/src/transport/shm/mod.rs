@@ -366,7 +366,7 @@ impl Transport for ShmTransport {
         });
         let mut w = Wait::new();
         let mut deadline = None;
-        loop {
+        let result: Result<()> = (|| loop {
             let mut moved = false;
             let mut pending = false;
             if let Some(t) = tx.as_mut() {
@@ -389,7 +389,15 @@ impl Transport for ShmTransport {
                 continue;
             }
             self.wait(tag, tx.as_ref(), rx.as_ref(), &mut w, &mut deadline)?;
+        })();
+        if let (Err(e), Some(t)) = (&result, &tx) {
+            if t.ack.is_some() {
+                // Our payload may be under a peer's read: it must not be
+                // freed until that read is over.
+                self.abandon_single_copy(t.peer, &e.to_string());
+            }
         }
+        result
     }
 
     fn abort(&mut self, reason: &str) {

@@ -87,6 +87,11 @@ impl Layout {
     pub(super) fn single_copy(&self, from: usize, to: usize) -> usize {
         self.tail(from, to) + 8
     }
+    /// Nonzero while the consumer `to` is reading a piece of `from`'s
+    /// memory (single copy), on the consumer's line.
+    pub(super) fn reading(&self, from: usize, to: usize) -> usize {
+        self.tail(from, to) + 16
+    }
     pub(super) fn ring(&self, from: usize, to: usize) -> usize {
         let j = if to > from { to - 1 } else { to };
         self.data + (from * (self.world - 1) + j) * self.cap

@@ -36,7 +36,8 @@
 //! (threads and, through `process_vm_readv`, processes), `off` (every
 //! message through the ring).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{Ordering, fence};
+use std::time::Instant;
 
 use super::ShmTransport;
 use super::segment::{Layout, R_PROBE, Segment};
@@ -213,7 +214,32 @@ impl ShmTransport {
 
     /// Moves the next piece of a single-copy message from `peer`'s buffer
     /// at `addr` into `sink` at `done`; returns the bytes moved.
+    ///
+    /// Each piece is read under the pair's reading flag, raised before the
+    /// abort word is checked (Dekker, with [`Self::abandon_single_copy`]):
+    /// a sender that gives up either sees the flag and waits for the piece
+    /// to end, or we see its abort and read nothing more of a buffer it may
+    /// be about to free.
     pub(super) fn read_piece(
+        &mut self,
+        peer: usize,
+        addr: u64,
+        done: usize,
+        sink: &mut Sink<'_>,
+    ) -> Result<usize> {
+        let flag = self.seg.u64_at(self.layout.reading(peer, self.rank));
+        flag.store(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        let r = self
+            .check_abort()
+            .and_then(|()| self.read_piece_unguarded(peer, addr, done, sink));
+        self.seg
+            .u64_at(self.layout.reading(peer, self.rank))
+            .store(0, Ordering::Release);
+        r
+    }
+
+    fn read_piece_unguarded(
         &mut self,
         peer: usize,
         addr: u64,
@@ -266,6 +292,21 @@ impl ShmTransport {
                     }
                 }
             }
+        }
+    }
+
+    /// A send by single copy failed before the reader acknowledged it:
+    /// publishes the abort, then waits (up to the timeout) until `peer` is
+    /// not in the middle of reading our buffer, so the caller may free it.
+    #[cold]
+    pub(super) fn abandon_single_copy(&mut self, peer: usize, reason: &str) {
+        use crate::transport::Transport;
+        self.abort(reason);
+        fence(Ordering::SeqCst);
+        let flag = self.seg.u64_at(self.layout.reading(self.rank, peer));
+        let start = Instant::now();
+        while flag.load(Ordering::Acquire) != 0 && start.elapsed() < self.timeout {
+            std::thread::yield_now();
         }
     }
 

@@ -492,3 +492,45 @@ fn dropping_the_transport_restores_the_threads_cpu_mask() {
         assert_eq!(after, before, "rank {rank}");
     }
 }
+
+#[test]
+fn a_single_copy_whose_sender_failed_is_not_read_after_the_sender_returns() {
+    // Rank 0 sends 8 MiB to rank 1 by single copy while receiving from
+    // rank 2, which sends the wrong length: rank 0 fails, and its caller may
+    // free or reuse the buffer at once. Rank 1 starts reading only later and
+    // must fail with the abort instead of reading it.
+    let len = 8 << 20;
+    let out = with_ranks(3, Duration::from_secs(10), |mut t| match t.rank() {
+        0 => {
+            let mut send = pattern(0, 1, len);
+            let mut got = [0u8; 8];
+            let r = t.exchange(
+                &tag(1, len),
+                Some((1, &send)),
+                Some((2, Sink::Copy(&mut got))),
+            );
+            // Reuse the buffer the moment the exchange returns.
+            send.fill(0xEE);
+            r.map(|_| 0)
+        }
+        1 => {
+            std::thread::sleep(Duration::from_millis(200));
+            let mut got = vec![0u8; len];
+            t.exchange(&tag(1, len), None, Some((0, Sink::Copy(&mut got))))
+                .map(|_| usize::from(got.iter().all(|&b| b == 0xEE)))
+        }
+        _ => t
+            .exchange(&tag(1, len), Some((0, &[1, 2, 3, 4])), None)
+            .map(|_| 0),
+    });
+    assert!(
+        matches!(out[0], Err(Error::Mismatch { .. })),
+        "{:?}",
+        out[0]
+    );
+    assert!(
+        matches!(out[1], Err(Error::PeerAborted { .. })),
+        "{:?}",
+        out[1]
+    );
+}
