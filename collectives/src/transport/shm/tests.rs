@@ -82,53 +82,59 @@ fn floats(rank: usize, n: usize) -> Vec<f32> {
     (0..n).map(|i| ((i % 1000) + rank * 1000) as f32).collect()
 }
 
+/// Sends `len` pattern bytes to `next` while receiving `prev`'s, and checks them.
+fn copy_round(t: &mut ShmTransport, seq: u32, len: usize, next: usize, prev: usize) {
+    let me = t.rank();
+    let send = pattern(me, seq, len);
+    let mut got = vec![0u8; len];
+    t.exchange(
+        &tag(seq, len),
+        Some((next, &send)),
+        Some((prev, Sink::Copy(&mut got))),
+    )
+    .unwrap();
+    assert!(got == pattern(prev, seq, len), "rank {me} len {len}");
+}
+
+/// Sends `n` floats to `next` while reducing `prev`'s into ours, and checks
+/// the sums (integers below 2^24: exact in f32 whatever the order).
+fn reduce_round(t: &mut ShmTransport, seq: u32, n: usize, next: usize, prev: usize) {
+    let me = t.rank();
+    let send = floats(me, n);
+    let mut acc = floats(me, n);
+    let sink = Sink::Reduce {
+        dst: bytemuck::cast_slice_mut(&mut acc),
+        dtype: DType::F32,
+        op: ReduceOp::Sum,
+    };
+    t.exchange(
+        &f32_tag(seq, n),
+        Some((next, bytemuck::cast_slice(&send))),
+        Some((prev, sink)),
+    )
+    .unwrap();
+    let want: Vec<f32> = floats(me, n)
+        .iter()
+        .zip(floats(prev, n))
+        .map(|(a, b)| a + b)
+        .collect();
+    assert!(acc == want, "rank {me} count {n}");
+}
+
 #[test]
 fn ring_exchange_copy_and_reduce_at_several_world_sizes() {
     let byte_sizes = [0usize, 1, 7, 1000, (4 << 20) + 3];
     let float_counts = [0usize, 1, 7, 1000, (1 << 20) + 3];
     for world in [2, 3, 5] {
         with_ranks(world, Duration::from_secs(30), |mut t| {
-            let (me, next, prev) = (
-                t.rank(),
-                (t.rank() + 1) % world,
-                (t.rank() + world - 1) % world,
-            );
+            let (next, prev) = ((t.rank() + 1) % world, (t.rank() + world - 1) % world);
             let mut seq = 0;
             for &len in &byte_sizes {
-                let send = pattern(me, seq, len);
-                let mut got = vec![0u8; len];
-                t.exchange(
-                    &tag(seq, len),
-                    Some((next, &send)),
-                    Some((prev, Sink::Copy(&mut got))),
-                )
-                .unwrap();
-                assert!(
-                    got == pattern(prev, seq, len),
-                    "world {world} rank {me} len {len}"
-                );
+                copy_round(&mut t, seq, len, next, prev);
                 seq += 1;
             }
             for &n in &float_counts {
-                let send = floats(me, n);
-                let mut acc = floats(me, n);
-                let sink = Sink::Reduce {
-                    dst: bytemuck::cast_slice_mut(&mut acc),
-                    dtype: DType::F32,
-                    op: ReduceOp::Sum,
-                };
-                t.exchange(
-                    &f32_tag(seq, n),
-                    Some((next, bytemuck::cast_slice(&send))),
-                    Some((prev, sink)),
-                )
-                .unwrap();
-                let want: Vec<f32> = floats(me, n)
-                    .iter()
-                    .zip(floats(prev, n))
-                    .map(|(a, b)| a + b)
-                    .collect();
-                assert!(acc == want, "world {world} rank {me} count {n}");
+                reduce_round(&mut t, seq, n, next, prev);
                 seq += 1;
             }
         });
@@ -420,38 +426,9 @@ fn thread_ranks_read_large_messages_straight_from_the_sender() {
             single_copy::MIN_BYTES,
             (9 << 20) + 5,
         ] {
-            let send = pattern(me, seq, len);
-            let mut got = vec![0u8; len];
-            t.exchange(
-                &tag(seq, len),
-                Some((next, &send)),
-                Some((prev, Sink::Copy(&mut got))),
-            )
-            .unwrap();
-            assert!(got == pattern(prev, seq, len), "rank {me} len {len}");
-            seq += 1;
-            let n = len / 4;
-            let send = floats(me, n);
-            let mut acc = floats(me, n);
-            let sink = Sink::Reduce {
-                dst: bytemuck::cast_slice_mut(&mut acc),
-                dtype: DType::F32,
-                op: ReduceOp::Sum,
-            };
-            t.exchange(
-                &f32_tag(seq, n),
-                Some((next, bytemuck::cast_slice(&send))),
-                Some((prev, sink)),
-            )
-            .unwrap();
-            // Integers below 2^24: exact in f32 whatever the order.
-            let want: Vec<f32> = floats(me, n)
-                .iter()
-                .zip(floats(prev, n))
-                .map(|(a, b)| a + b)
-                .collect();
-            assert!(acc == want, "rank {me} count {n}");
-            seq += 1;
+            copy_round(&mut t, seq, len, next, prev);
+            reduce_round(&mut t, seq + 1, len / 4, next, prev);
+            seq += 2;
         }
     });
 }
