@@ -7,10 +7,12 @@ use crate::Label;
 use crate::Record;
 use crate::sizes::format_size;
 
-/// Every record of one runner invocation, keyed by what was launched.
+/// Every record of one runner invocation, keyed by what was launched; with
+/// several runs of the same implementation (`peers --repeat`), every run's
+/// record is kept and the tables use the run with the median time.
 #[derive(Clone, Debug, Default)]
 pub struct Results {
-    records: BTreeMap<(Label, u64), Record>,
+    records: BTreeMap<(Label, u64), Vec<Record>>,
 }
 
 impl Results {
@@ -19,32 +21,54 @@ impl Results {
         Self::default()
     }
 
-    /// Files `record` under `imp` (setting its label); a later record for the
-    /// same implementation and size replaces the earlier one.
+    /// Files `record` under `imp` (setting its label), beside the records of
+    /// earlier runs of the same implementation and size.
     pub fn insert(&mut self, imp: Label, mut record: Record) {
         record.label = imp.name().to_string();
-        self.records.insert((imp, record.bytes), record);
+        self.records
+            .entry((imp, record.bytes))
+            .or_default()
+            .push(record);
     }
 
-    /// The record for `imp` at `bytes`, if any.
+    /// The record for `imp` at `bytes`: of several runs, the one whose median
+    /// time is the median of the runs' (the lower one of the middle two for
+    /// an even count, so a table never shows a time no run measured).
     pub fn get(&self, imp: Label, bytes: u64) -> Option<&Record> {
-        self.records.get(&(imp, bytes))
+        median_run(self.records.get(&(imp, bytes))?)
     }
 
-    /// All records, ordered by implementation then size.
+    /// How many runs measured `imp` at `bytes`.
+    pub fn runs(&self, imp: Label, bytes: u64) -> usize {
+        self.records.get(&(imp, bytes)).map_or(0, Vec::len)
+    }
+
+    /// The median run's record of every implementation and size, ordered by
+    /// implementation then size.
     pub fn iter(&self) -> impl Iterator<Item = &Record> {
-        self.records.values()
+        self.records.values().filter_map(|v| median_run(v))
     }
 
-    /// Number of records.
+    /// Every run's record, in the order they were measured per key.
+    pub fn all(&self) -> impl Iterator<Item = &Record> {
+        self.records.values().flatten()
+    }
+
+    /// Number of records of every run.
     pub fn len(&self) -> usize {
-        self.records.len()
+        self.records.values().map(Vec::len).sum()
     }
 
     /// True when nothing was collected.
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
+}
+
+fn median_run(runs: &[Record]) -> Option<&Record> {
+    let mut by_time: Vec<&Record> = runs.iter().collect();
+    by_time.sort_by(|a, b| a.median_us.total_cmp(&b.median_us));
+    by_time.get(by_time.len().saturating_sub(1) / 2).copied()
 }
 
 /// What a target compares.
@@ -422,6 +446,27 @@ mod tests {
     const SHM_MPI: [Label; 2] = [Label::Mpi, Label::RingsideShm];
 
     #[test]
+    fn repeated_runs_are_kept_and_the_median_run_is_judged() {
+        let mut r = Results::new();
+        // One run in a slow phase of the machine must not decide the ratio.
+        for us in [100.0, 900.0, 110.0] {
+            r.insert(Label::RingsideShm, rec(Label::RingsideShm, 2, 1 << 20, us));
+        }
+        for us in [150.0, 140.0] {
+            r.insert(Label::Mpi, rec(Label::Mpi, 2, 1 << 20, us));
+        }
+        assert_eq!(r.runs(Label::RingsideShm, 1 << 20), 3);
+        assert_eq!(r.len(), 5);
+        assert_eq!(r.all().count(), 5);
+        assert_eq!(r.get(Label::RingsideShm, 1 << 20).unwrap().median_us, 110.0);
+        // Even count: the lower of the middle two, a time a run measured.
+        assert_eq!(r.get(Label::Mpi, 1 << 20).unwrap().median_us, 140.0);
+        assert_eq!(r.iter().count(), 2);
+        let (cells, _) = ratios(&r, &SHM_MPI, 2, &[1 << 20]);
+        assert!((cells[0].value - 140.0 / 110.0).abs() < 1e-9);
+    }
+
+    #[test]
     fn busbw_ratio_passes_when_faster() {
         let r = two_impls(2, 4 << 20, 80.0, 100.0);
         let (cells, summary) = ratios(&r, &SHM_MPI, 2, &[4 << 20]);
@@ -506,11 +551,11 @@ mod tests {
     }
 
     #[test]
-    fn insert_labels_and_replaces() {
+    fn insert_labels_and_keeps_every_run() {
         let mut r = Results::new();
         r.insert(Label::RingsideShm, rec(Label::Mpi, 2, 8, 5.0));
         r.insert(Label::RingsideShm, rec(Label::Mpi, 2, 8, 4.0));
-        assert_eq!(r.len(), 1);
+        assert_eq!(r.len(), 2);
         let got = r.get(Label::RingsideShm, 8).unwrap();
         assert_eq!(got.label, "ringside-shm");
         assert_eq!(got.median_us, 4.0);

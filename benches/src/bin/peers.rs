@@ -85,6 +85,11 @@ struct Args {
     /// Seconds one implementation's whole sweep may take before it is killed.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
+    /// Run the implementations this many times, alternating (A, B, A, B, …),
+    /// and judge each size by the run with the median time: one run that
+    /// falls into a slow phase of a shared machine then decides nothing.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
     /// Exit non-zero also when a target is missed or could not be measured.
     #[arg(long)]
     require_targets: bool,
@@ -163,7 +168,7 @@ fn real_main() -> Result<ExitCode> {
         .iter()
         .filter(|(_, p)| matches!(p, Plan::Run(..)))
         .count();
-    let bar = ProgressBar::new((runnable * sizes.len()) as u64);
+    let bar = ProgressBar::new((runnable * sizes.len()) as u64 * u64::from(args.repeat));
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -173,75 +178,94 @@ fn real_main() -> Result<ExitCode> {
     let mut results = Results::new();
     let mut problems: Vec<String> = Vec::new();
     let mut skipped: Vec<String> = Vec::new();
-    for (imp, p) in plans {
-        let (cmds, store_dir) = match p {
-            Plan::Run(cmds, dir) => (cmds, dir),
-            Plan::Unavailable(why) => {
-                bar.suspend(|| eprintln!("{imp}: peer unavailable: {why}"));
-                skipped.push(format!("{imp}: peer unavailable: {why}"));
-                continue;
-            }
+    // Run 1 uses the plans made above; later runs make them again (a
+    // command runs once).
+    let mut next = Some(plans);
+    for run in 1..=args.repeat {
+        let plans = match next.take() {
+            Some(p) => p,
+            None => impls
+                .iter()
+                .map(|&imp| plan(imp, &args, &sweep).map(|p| (imp, p)))
+                .collect::<Result<Vec<_>>>()?,
         };
-        bar.set_message(format!("{imp} (world {})", args.world));
-        let out = child::run(cmds, Duration::from_secs(args.timeout), |rec| {
-            bar.set_message(format!(
-                "{imp} (world {}) {} done",
-                args.world,
-                format_size(rec.bytes)
-            ));
-            bar.inc(1);
-        });
-        // The FileStore directory must outlive the run; drop it now.
-        drop(store_dir);
+        let of = if args.repeat > 1 {
+            format!(" run {run}/{}", args.repeat)
+        } else {
+            String::new()
+        };
+        for (imp, p) in plans {
+            let (cmds, store_dir) = match p {
+                Plan::Run(cmds, dir) => (cmds, dir),
+                Plan::Unavailable(why) => {
+                    if run == 1 {
+                        bar.suspend(|| eprintln!("{imp}: peer unavailable: {why}"));
+                        skipped.push(format!("{imp}: peer unavailable: {why}"));
+                    }
+                    continue;
+                }
+            };
+            bar.set_message(format!("{imp} (world {}){of}", args.world));
+            let out = child::run(cmds, Duration::from_secs(args.timeout), |rec| {
+                bar.set_message(format!(
+                    "{imp} (world {}){of} {} done",
+                    args.world,
+                    format_size(rec.bytes)
+                ));
+                bar.inc(1);
+            });
+            // The FileStore directory must outlive the run; drop it now.
+            drop(store_dir);
 
-        let mut seen = BTreeSet::new();
-        for rec in out.records {
-            for p in rec.inconsistencies() {
-                problems.push(format!("{imp} {}: {p}", format_size(rec.bytes)));
+            let mut seen = BTreeSet::new();
+            for rec in out.records {
+                for p in rec.inconsistencies() {
+                    problems.push(format!("{imp} {}: {p}", format_size(rec.bytes)));
+                }
+                if rec.world != args.world {
+                    problems.push(format!(
+                        "{imp} {}: ran with world {}, asked for {}",
+                        format_size(rec.bytes),
+                        rec.world,
+                        args.world
+                    ));
+                }
+                seen.insert(rec.bytes);
+                results.insert(imp, rec);
             }
-            if rec.world != args.world {
+            let missing: Vec<String> = sizes
+                .iter()
+                .filter(|b| !seen.contains(b))
+                .map(|&b| format_size(b))
+                .collect();
+            if let Some(why) = &out.failure {
+                let mut msg = format!("{imp}: {why}");
+                if !out.tail.is_empty() {
+                    msg.push_str("\n    ");
+                    msg.push_str(&out.tail.join("\n    "));
+                }
+                problems.push(msg);
+            } else if !missing.is_empty() {
                 problems.push(format!(
-                    "{imp} {}: ran with world {}, asked for {}",
-                    format_size(rec.bytes),
-                    rec.world,
-                    args.world
+                    "{imp}: exited cleanly but reported no result for {}",
+                    missing.join(", ")
                 ));
             }
-            seen.insert(rec.bytes);
-            results.insert(imp, rec);
+            // suspend + eprintln rather than println: shown even when stderr is
+            // not a terminal (println on a hidden bar prints nothing).
+            let failed = if out.failure.is_some() {
+                " (FAILED)"
+            } else {
+                ""
+            };
+            bar.suspend(|| {
+                eprintln!(
+                    "{imp}{of}: {} sizes in {:.1}s{failed}",
+                    seen.len(),
+                    out.elapsed.as_secs_f64()
+                )
+            });
         }
-        let missing: Vec<String> = sizes
-            .iter()
-            .filter(|b| !seen.contains(b))
-            .map(|&b| format_size(b))
-            .collect();
-        if let Some(why) = &out.failure {
-            let mut msg = format!("{imp}: {why}");
-            if !out.tail.is_empty() {
-                msg.push_str("\n    ");
-                msg.push_str(&out.tail.join("\n    "));
-            }
-            problems.push(msg);
-        } else if !missing.is_empty() {
-            problems.push(format!(
-                "{imp}: exited cleanly but reported no result for {}",
-                missing.join(", ")
-            ));
-        }
-        // suspend + eprintln rather than println: shown even when stderr is
-        // not a terminal (println on a hidden bar prints nothing).
-        let failed = if out.failure.is_some() {
-            " (FAILED)"
-        } else {
-            ""
-        };
-        bar.suspend(|| {
-            eprintln!(
-                "{imp}: {} sizes in {:.1}s{failed}",
-                seen.len(),
-                out.elapsed.as_secs_f64()
-            )
-        });
     }
     bar.finish_and_clear();
 
@@ -255,6 +279,12 @@ fn real_main() -> Result<ExitCode> {
          time = slowest rank per iteration, median over iterations",
         args.world, args.iters, args.warmup
     );
+    if args.repeat > 1 {
+        println!(
+            "{} runs, implementations alternating; each cell is the run with the median time",
+            args.repeat
+        );
+    }
     println!();
     print!("{}", report::results_table(&results, &impls, &sizes));
 
@@ -582,7 +612,7 @@ fn show_command(c: &Command) -> String {
 fn write_json(path: &Path, results: &Results) -> Result<()> {
     let f = File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut w = BufWriter::new(f);
-    for rec in results.iter() {
+    for rec in results.all() {
         serde_json::to_writer(&mut w, rec)?;
         w.write_all(b"\n")?;
     }
