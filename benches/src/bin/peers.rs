@@ -354,11 +354,13 @@ fn real_main() -> Result<ExitCode> {
 }
 
 /// Measures one core's memcpy at every size of 1 MiB or more that
-/// ringside-shm ran, prints it beside ringside-shm's busbw, and judges the
-/// share at [`memcpy::JUDGED_AT`] (world 2): `Some(met)`, or `None` where it
+/// ringside-shm ran at world 2, prints it beside ringside-shm's busbw, and
+/// judges the share at [`memcpy::JUDGED_AT`]: `Some(met)`, or `None` where it
 /// does not apply.
 fn copy_bound(results: &Results, impls: &[Label], sizes: &[u64], args: &Args) -> Option<bool> {
-    if !impls.contains(&Label::RingsideShm) {
+    // At world 2 busbw is what one rank moves; other worlds have no such
+    // simple bound.
+    if args.world != 2 || !impls.contains(&Label::RingsideShm) {
         return None;
     }
     let big: Vec<u64> = sizes.iter().copied().filter(|&b| b >= 1 << 20).collect();
