@@ -68,9 +68,9 @@ pub(crate) struct Binding {
 }
 
 impl Binding {
-    /// Binds the calling thread to `cpus`, remembering its mask.
-    pub(crate) fn new(cpus: &[usize]) -> io::Result<Binding> {
-        let previous = allowed_cpus()?;
+    /// Binds the calling thread to `cpus`, remembering `previous`, its mask
+    /// now (as [`allowed_cpus`] read it).
+    pub(crate) fn new(cpus: &[usize], previous: Vec<usize>) -> io::Result<Binding> {
         bind_to(cpus)?;
         Ok(Binding {
             previous,
@@ -139,7 +139,7 @@ mod tests {
         std::thread::spawn(|| {
             let allowed = allowed_cpus().unwrap();
             let cpu = *allowed.last().unwrap();
-            let b = Binding::new(&[cpu]).unwrap();
+            let b = Binding::new(&[cpu], allowed.clone()).unwrap();
             assert_eq!(allowed_cpus().unwrap(), vec![cpu]);
             // SAFETY: no preconditions.
             assert_eq!(unsafe { libc::sched_getcpu() }, cpu as i32);

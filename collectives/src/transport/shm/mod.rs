@@ -358,9 +358,13 @@ impl Transport for ShmTransport {
                 ack: None,
             }
         });
+        // The whole operation's buffer decides whether copies stream (an
+        // all_reduce of 32 MiB receives 16 MiB messages but sweeps 32 MiB).
+        let whole = (tag.count as usize).saturating_mul(tag.dtype.size());
         let mut rx = recv.map(|(peer, sink)| Rx {
             peer,
             want: sink.len(),
+            stream: sink.len().max(whole) >= streaming::threshold(),
             sink,
             stage: Stage::Header,
         });

@@ -11,7 +11,7 @@ use super::segment::REASON_MAX;
 use super::single_copy::{self, DESCRIPTOR_LEN};
 use super::streaming;
 use crate::error::{Error, Result};
-use crate::transport::{FLAG_ABORT, Frame, HEADER_LEN, Sink, Tag};
+use crate::transport::{FLAG_ABORT, FLAG_SINGLE_COPY, Frame, HEADER_LEN, Sink, Tag};
 
 /// Our side of one ring: our own position and the last seen position of the
 /// other side (re-read only when it is not enough, to avoid cache misses).
@@ -75,6 +75,8 @@ pub(super) struct Rx<'a> {
     pub(super) sink: Sink<'a>,
     pub(super) want: usize,
     pub(super) stage: Stage,
+    /// Copy out of the ring with streaming stores (see `streaming.rs`).
+    pub(super) stream: bool,
 }
 
 impl ShmTransport {
@@ -199,7 +201,7 @@ impl ShmTransport {
                 });
             }
             frame.expect(r.peer, tag, r.want)?;
-            if single_copy::is_single_copy(frame.flags) {
+            if frame.flags & FLAG_SINGLE_COPY != 0 {
                 // The sender writes the descriptor with the header. Our tail
                 // stays before both until the read is over: it is the
                 // sender's acknowledgement.
@@ -235,9 +237,8 @@ impl ShmTransport {
                 r.stage = Stage::Remote { addr, done };
                 return Ok(true);
             }
-            // A sender that gave up (timeout, abort) publishes its abort
-            // before its buffer can change: seen now, what we read may be
-            // stale, so the message fails rather than completes.
+            // A sender that gave up (timeout, abort) during our last piece
+            // has returned an error for this message: it fails here too.
             self.check_abort()?;
             c.pos += (HEADER_LEN + DESCRIPTOR_LEN) as u64;
             r.stage = Stage::Done;
@@ -251,13 +252,10 @@ impl ShmTransport {
             if take > 0 {
                 let off = (c.pos as usize) & (cap - 1);
                 let first = take.min(cap - off);
+                let stream = r.stream;
                 // SAFETY: [pos, pos+take) is published and ours until the tail
                 // moves; the producer does not write it meanwhile. Both pieces
                 // start 8-aligned, so reductions see whole elements.
-                // The whole operation's buffer decides (an all_reduce of
-                // 32 MiB receives 16 MiB messages but sweeps all 32 MiB).
-                let whole = (tag.count as usize).saturating_mul(tag.dtype.size());
-                let stream = r.want.max(whole) >= streaming::threshold();
                 unsafe {
                     absorb(
                         &mut r.sink,

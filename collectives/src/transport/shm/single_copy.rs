@@ -42,7 +42,7 @@ use std::time::Instant;
 use super::ShmTransport;
 use super::segment::{Layout, R_PROBE, Segment};
 use crate::error::{Error, Result};
-use crate::transport::{FLAG_SINGLE_COPY, Sink};
+use crate::transport::Sink;
 
 /// Messages at least this large go by single copy when the receiver can
 /// read our memory. Below it the descriptor round trip (the sender waits for
@@ -227,15 +227,13 @@ impl ShmTransport {
         done: usize,
         sink: &mut Sink<'_>,
     ) -> Result<usize> {
-        let flag = self.seg.u64_at(self.layout.reading(peer, self.rank));
-        flag.store(1, Ordering::Relaxed);
+        let flag = self.layout.reading(peer, self.rank);
+        self.seg.u64_at(flag).store(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         let r = self
             .check_abort()
             .and_then(|()| self.read_piece_unguarded(peer, addr, done, sink));
-        self.seg
-            .u64_at(self.layout.reading(peer, self.rank))
-            .store(0, Ordering::Release);
+        self.seg.u64_at(flag).store(0, Ordering::Release);
         r
     }
 
@@ -328,9 +326,4 @@ impl ShmTransport {
             self.rank
         ))
     }
-}
-
-/// Whether a frame carries a descriptor instead of its payload.
-pub(super) fn is_single_copy(flags: u8) -> bool {
-    flags & FLAG_SINGLE_COPY != 0
 }

@@ -3,7 +3,6 @@
 //! in short slices, re-checking the deadline, the abort word and the peer's
 //! liveness between them. Whoever publishes for a sleeping rank rings its bell.
 
-use crate::sys::affinity;
 use std::sync::atomic::{AtomicU32, Ordering, fence};
 use std::time::{Duration, Instant};
 
@@ -13,7 +12,7 @@ use super::ring::{Rx, Stage, Tx};
 use super::segment::{R_BELL, R_CPU, R_SLEEPING};
 use crate::deadline::Deadline;
 use crate::error::Result;
-use crate::sys::futex;
+use crate::sys::{affinity, futex};
 use crate::transport::{HEADER_LEN, Tag};
 
 /// How long a waiter spins before it yields its core, when every rank can
@@ -228,5 +227,5 @@ pub(super) fn bind_rank(rank: usize, world: usize) -> Option<affinity::Binding> 
     let opt_out = std::env::var("RINGSIDE_BIND").is_ok_and(|v| v == "none");
     let allowed = affinity::allowed_cpus().ok()?;
     let cpus = affinity::cpus_for(rank, world, &allowed, opt_out)?;
-    affinity::Binding::new(&cpus).ok()
+    affinity::Binding::new(&cpus, allowed).ok()
 }
