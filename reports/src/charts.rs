@@ -163,6 +163,7 @@ struct Line {
 
 /// A vertical line at a model's break, labelled at the bottom of the plot
 /// unless the plot's data live there.
+#[derive(Clone)]
 struct Mark {
     x: f64,
     color: RGBColor,
@@ -434,7 +435,7 @@ fn plots_for(
         y: YAxis::Log(lat_y.0, lat_y.1),
         bands: Vec::new(),
         lines,
-        marks: marks.iter().map(Mark::copy).collect(),
+        marks: marks.clone(),
         model_legend: has_model,
     };
 
@@ -460,7 +461,7 @@ fn plots_for(
             .iter()
             .map(|m| Mark {
                 label: None,
-                ..m.copy()
+                ..m.clone()
             })
             .collect(),
         model_legend: has_model,
@@ -536,7 +537,7 @@ fn plots_for(
                 y: YAxis::Linear(-limit * 1.25, limit * 1.25),
                 bands: Vec::new(),
                 lines,
-                marks: marks.iter().map(Mark::copy).collect(),
+                marks: marks.clone(),
                 model_legend: false,
             },
         ));
@@ -544,16 +545,6 @@ fn plots_for(
     plots.push((ChartKind::BusBandwidth, busbw));
     plots.push((ChartKind::Spread, spread));
     Some(plots)
-}
-
-impl Mark {
-    fn copy(&self) -> Mark {
-        Mark {
-            x: self.x,
-            color: self.color,
-            label: self.label.clone(),
-        }
-    }
 }
 
 fn style(color: RGBColor, stroke: Stroke) -> ShapeStyle {

@@ -4,6 +4,8 @@
 //! byte that crosses the busiest link (µs/byte), and f the collective's bus
 //! factor, so that 1/β is directly comparable with the busbw column.
 
+use super::lsq::weighted_r_squared;
+
 /// A fitted model.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AlphaBeta {
@@ -135,7 +137,6 @@ pub fn fit_alpha_beta(points: &[(f64, f64)], factor: f64) -> Fit {
         .iter()
         .map(|p| p.2 * (p.0 - x_mean) * (p.1 - t_mean))
         .sum();
-    let sst: f64 = pts.iter().map(|p| p.2 * (p.1 - t_mean).powi(2)).sum();
 
     let mut beta = sxt / sxx;
     let mut alpha = t_mean - beta * x_mean;
@@ -152,15 +153,8 @@ pub fn fit_alpha_beta(points: &[(f64, f64)], factor: f64) -> Fit {
             (alpha, beta, pinned) = (a0, 0.0, Some(Pinned::Beta));
         }
     }
-    let sse = weighted_sse(&pts, alpha, beta);
-    // All times equal (sst = 0): a perfect flat fit explains everything.
-    let r_squared = if sst > 0.0 {
-        1.0 - sse / sst
-    } else if sse <= f64::EPSILON {
-        1.0
-    } else {
-        0.0
-    };
+    let (t, w): (Vec<f64>, Vec<f64>) = pts.iter().map(|p| (p.1, p.2)).unzip();
+    let r_squared = weighted_r_squared(&t, &w, weighted_sse(&pts, alpha, beta));
     Fit::Fitted(AlphaBeta {
         alpha_us: alpha,
         beta_us_per_byte: beta,

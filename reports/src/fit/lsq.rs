@@ -33,6 +33,25 @@ pub(crate) fn weighted_sse(cols: &[Vec<f64>], coef: &[f64], y: &[f64], w: &[f64]
         .sum()
 }
 
+/// The R² both fits report: 1 − SSE/SST, both weighted by `w` (1/t²), SST
+/// around the weighted mean of `t`. All times equal up to rounding (SST
+/// below 1e-24 per point, i.e. relative 1e-12): SST is rounding noise, and a
+/// flat fit explains everything there is. Never NaN.
+pub(crate) fn weighted_r_squared(t: &[f64], w: &[f64], sse: f64) -> f64 {
+    let w_sum: f64 = w.iter().sum();
+    let t_mean = w.iter().zip(t).map(|(w, t)| w * t).sum::<f64>() / w_sum;
+    let sst: f64 = w.iter().zip(t).map(|(w, t)| w * (t - t_mean).powi(2)).sum();
+    let tiny = 1e-24 * t.len() as f64;
+    let r = if sst > tiny {
+        1.0 - sse / sst
+    } else if sse <= tiny {
+        1.0
+    } else {
+        0.0
+    };
+    if r.is_finite() { r } else { 0.0 }
+}
+
 /// Unweighted least squares on `cols` (column-major), `None` when the
 /// columns are dependent or not finite.
 fn lstsq(cols: &[&[f64]], b: &[f64]) -> Option<Vec<f64>> {

@@ -17,7 +17,7 @@
 //! 64 MiB): shm, TCP, Gloo and MPI all_reduce reach R² ≥ 0.96 with them
 //! wherever the medians are not bimodal.
 
-use super::lsq::{Solution, nonneg_wls};
+use super::lsq::{Solution, nonneg_wls, weighted_r_squared};
 
 /// The first regime needs this many distinct sizes: it carries α and b_1,
 /// which two sizes determine, and a third checks them.
@@ -555,37 +555,14 @@ pub fn fit_regimes(points: &[(f64, f64)], factor: f64) -> Option<Regimes> {
         });
     }
 
-    // The same R² as the α–β fit: 1 − SSE/SST, both weighted by 1/t², SST
-    // around the weighted mean time.
-    let w_sum: f64 = data.w.iter().sum();
-    let t_mean = data.w.iter().zip(&data.t).map(|(w, t)| w * t).sum::<f64>() / w_sum;
-    let sst: f64 = data
-        .w
-        .iter()
-        .zip(&data.t)
-        .map(|(w, t)| w * (t - t_mean).powi(2))
-        .sum();
-    let sse = chosen.sol.sse;
-    // All times equal up to rounding (relative 1e-12): SST is rounding
-    // noise, and a flat fit explains everything there is.
-    let tiny = 1e-24 * n as f64;
-    let r_squared = if sst > tiny {
-        1.0 - sse / sst
-    } else if sse <= tiny {
-        1.0
-    } else {
-        0.0
-    };
+    // The same R² as the α–β fit.
+    let r_squared = weighted_r_squared(&data.t, &data.w, chosen.sol.sse);
     Some(Regimes {
         alpha_us: chosen.sol.coef[0],
         factor,
         regimes,
         join: chosen.join,
-        r_squared: if r_squared.is_finite() {
-            r_squared
-        } else {
-            0.0
-        },
+        r_squared,
         points: n,
         sizes: m,
         alpha_pinned: chosen.sol.clamped[0],
