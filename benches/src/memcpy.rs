@@ -68,8 +68,8 @@ mod tests {
             bytes: 1_000_000,
             median_us: 100.0,
         };
-        // 1e6 bytes in 1e-4 s = 1e10 B/s = 10 GB/s (exact in binary? no:
-        // 1e6/100/1e3 rounds once, so compare with a tolerance).
+        // 1e6 bytes in 1e-4 s = 1e10 B/s = 10 GB/s; the division rounds,
+        // hence the tolerance.
         assert!((r.gbps() - 10.0).abs() < 1e-12);
     }
 

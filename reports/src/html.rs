@@ -7,7 +7,7 @@ use crate::dataset::Dataset;
 use crate::fit::{Join, OneRegime, Reduction, Regimes, SeriesFit};
 use crate::predict::{AllReduceAlgorithm, LinkModel, LinkSource, ScaleRow};
 use crate::summary::Summary;
-use crate::units::{fmt_bytes, fmt_us, sig3};
+use crate::units::{fmt_bytes, fmt_gbps_of_cost, fmt_us, sig3};
 
 /// Everything the page shows.
 #[derive(Debug, Clone, Copy)]
@@ -104,11 +104,7 @@ pub(crate) fn bandwidths(m: &Regimes) -> String {
         } else {
             r.cost_us_per_byte()
         };
-        let gbps = if b > 0.0 {
-            sig3(1e-3 / b)
-        } else {
-            "∞".into()
-        };
+        let gbps = fmt_gbps_of_cost(b);
         if m.regimes.len() == 1 {
             gbps
         } else {
@@ -178,11 +174,7 @@ fn notes(m: &Regimes) -> String {
             let g: Vec<String> = m
                 .regimes
                 .iter()
-                .map(|r| {
-                    r.gamma_us_per_byte
-                        .filter(|g| *g > 0.0)
-                        .map_or("∞".into(), |g| sig3(1e-3 / g))
-                })
+                .map(|r| r.gamma_us_per_byte.map_or("∞".into(), fmt_gbps_of_cost))
                 .collect();
             notes.push(format!(
                 "bandwidths are 1/β; reduction 1/γ = {} GB/s (from all_gather)",
@@ -442,11 +434,7 @@ fn scale_section(p: &Page<'_>) -> String {
                 .regimes
                 .iter()
                 .map(|r| {
-                    let gbps = if r.beta_us_per_byte > 0.0 {
-                        sig3(1e-3 / r.beta_us_per_byte)
-                    } else {
-                        "∞".into()
-                    };
+                    let gbps = fmt_gbps_of_cost(r.beta_us_per_byte);
                     if l.regimes.len() == 1 {
                         gbps
                     } else if r.from_buffer_bytes > 0.0 {

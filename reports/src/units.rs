@@ -16,6 +16,16 @@ pub fn fmt_us(us: f64) -> String {
     }
 }
 
+/// The bandwidth (GB/s) of a cost in µs per byte, `∞` for a zero cost.
+pub fn fmt_gbps_of_cost(us_per_byte: f64) -> String {
+    // b µs/byte → 1/b bytes/µs = 1e-3/b GB/s.
+    if us_per_byte > 0.0 {
+        sig3(1e-3 / us_per_byte)
+    } else {
+        "∞".into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
