@@ -287,11 +287,18 @@ const RESIDUAL_CLIP: f64 = 0.5;
 /// `cache → memory (model, 8 MiB)`, prefixed with the series when several
 /// series are drawn.
 fn break_label(name: Option<&str>, m: &Regimes, k: usize) -> String {
-    let what = format!(
-        "{} (model, {})",
-        m.transition(k),
-        fmt_bytes(m.regimes[k].from_bytes)
-    );
+    named(
+        name,
+        format!(
+            "{} (model, {})",
+            m.transition(k),
+            fmt_bytes(m.regimes[k].from_bytes)
+        ),
+    )
+}
+
+/// A mark's label: `what`, after the series name when the chart has several.
+fn named(name: Option<&str>, what: String) -> String {
     match name {
         Some(n) => format!("{n}: {what}"),
         None => what,
@@ -354,10 +361,15 @@ fn plots_for(
         };
         let (lo, hi) = (first.bytes as f64, last.bytes as f64);
         let mut xs = log_samples(lo, hi, 96);
-        // Sample both sides of each break so a jump is drawn as one.
-        for r in &model.regimes[1..] {
-            if r.from_bytes > lo && r.from_bytes < hi {
-                xs.extend([r.from_bytes * (1.0 - 1e-9), r.from_bytes]);
+        // Sample both sides of each break and of the latency step so a
+        // jump is drawn as one.
+        let edges = model.regimes[1..]
+            .iter()
+            .map(|r| r.from_bytes)
+            .chain(model.step.map(|st| st.from_bytes));
+        for x in edges {
+            if x > lo && x < hi {
+                xs.extend([x * (1.0 - 1e-9), x]);
             }
         }
         xs.sort_by(f64::total_cmp);
@@ -382,6 +394,16 @@ fn plots_for(
                     several.then(|| ds.series[*id].name.as_str()),
                     model,
                     k,
+                )),
+            });
+        }
+        if let Some(st) = model.step {
+            marks.push(Mark {
+                x: st.from_bytes,
+                color: color(*id),
+                label: Some(named(
+                    several.then(|| ds.series[*id].name.as_str()),
+                    format!("latency step (model, {})", fmt_bytes(st.from_bytes)),
                 )),
             });
         }

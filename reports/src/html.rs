@@ -117,6 +117,20 @@ pub(crate) fn bandwidths(m: &Regimes) -> String {
         .join(" → ")
 }
 
+/// The fixed cost, e.g. `102 µs`, or with a latency step
+/// `102 µs → 301 µs from 8 B`.
+pub(crate) fn alpha(m: &Regimes) -> String {
+    match m.step {
+        Some(st) => format!(
+            "{} → {} from {}",
+            fmt_us(m.alpha_us),
+            fmt_us(m.alpha_large_us()),
+            fmt_bytes(st.from_bytes)
+        ),
+        None => fmt_us(m.alpha_us),
+    }
+}
+
 /// The breaks, e.g. `11.3 MiB (cache → memory)`, or `—`.
 pub(crate) fn breaks(m: &Regimes) -> String {
     let v: Vec<String> = (1..m.regimes.len())
@@ -151,6 +165,13 @@ fn notes(m: &Regimes) -> String {
             Join::Continuous => "continuous at the breaks".into(),
             Join::Jump => "piecewise: jumps at the breaks".into(),
         }),
+    }
+    if let Some(st) = m.step {
+        notes.push(format!(
+            "latency step between {} and {}: more messages per call above",
+            fmt_bytes(st.bracket.0),
+            fmt_bytes(st.bracket.1)
+        ));
     }
     for k in 1..m.regimes.len() {
         if let Some((lo, hi)) = m.regimes[k].bracket {
@@ -191,7 +212,7 @@ fn notes(m: &Regimes) -> String {
 fn fit_cells(f: &SeriesFit) -> String {
     match &f.model {
         Some(m) => [
-            td(&fmt_us(m.alpha_us)),
+            td(&alpha(m)),
             td_text(&bandwidths(m)),
             td_text(&breaks(m)),
             td(&format!("{:.3}", m.r_squared)),
@@ -260,7 +281,7 @@ fn summary_section(p: &Page<'_>) -> String {
         .map(|f| {
             let (alpha, bw, br, r2) = match &f.model {
                 Some(m) => (
-                    fmt_us(m.alpha_us),
+                    alpha(m),
                     bandwidths(m),
                     breaks(m),
                     format!("{:.3}", m.r_squared),

@@ -156,7 +156,7 @@ pub fn link_models(fits: &[SeriesFit]) -> Vec<LinkModel> {
         out.push(LinkModel {
             series: id,
             name: f.name.clone(),
-            alpha_us: m.alpha_us / alpha_div,
+            alpha_us: m.alpha_large_us() / alpha_div,
             regimes: m
                 .regimes
                 .iter()
@@ -314,6 +314,7 @@ mod tests {
         rs.extend(break_bytes.map(|b| regime(b, 3e-3)));
         Regimes {
             alpha_us,
+            step: None,
             factor: 1.0,
             regimes: rs,
             join: Join::Continuous,

@@ -6,7 +6,7 @@ use std::fmt;
 use crate::dataset::Dataset;
 use crate::fit::{Fit, SeriesFit};
 use crate::results::Collective;
-use crate::units::{fmt_bytes, fmt_us, sig3};
+use crate::units::{fmt_bytes, sig3};
 
 /// Size classes used to name "the best backend" (by median time).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -239,9 +239,18 @@ impl fmt::Display for Summary {
             f,
             "model t = α + S·f·b_k, bandwidth 1/b per regime (all_reduce where measured):"
         )?;
+        // α is wider where a latency step gives it two values.
+        let aw = self
+            .headline_fits()
+            .into_iter()
+            .filter_map(|s| s.model.as_ref())
+            .map(|m| crate::html::alpha(m).chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(9);
         writeln!(
             f,
-            "  {:<w$} {:<14} {:>9}  {:<22} {:<20} {:>5} {:>5}",
+            "  {:<w$} {:<14} {:>aw$}  {:<22} {:<20} {:>5} {:>5}",
             "series", "collective", "α", "1/b (GB/s)", "breaks", "R²", "α–β"
         )?;
         for s in self.headline_fits() {
@@ -263,10 +272,10 @@ impl fmt::Display for Summary {
                         .collect();
                     writeln!(
                         f,
-                        "  {:<w$} {:<14} {:>9}  {:<22} {:<20} {:>5.3} {:>5}",
+                        "  {:<w$} {:<14} {:>aw$}  {:<22} {:<20} {:>5.3} {:>5}",
                         name,
                         s.collective.key(),
-                        fmt_us(m.alpha_us),
+                        crate::html::alpha(m),
                         bw.join(" → "),
                         if br.is_empty() {
                             "none".into()

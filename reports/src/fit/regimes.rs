@@ -12,6 +12,16 @@
 //! backend keeps (input, output, staging), so the break sits at a fraction
 //! of a cache size.
 //!
+//! The fixed cost may rise once, on the latency plateau (a [`LatencyStep`]):
+//! α is a cost per message (Hockney), and a segmented algorithm sends more
+//! messages once the buffer fills more of its pieces. Gloo's ring
+//! all_reduce cuts every buffer into at least 2·world segments of whole
+//! elements; at world 2 a 4 B or 8 B buffer (1 or 2 floats) leaves two or
+//! three of its four segments empty, and measured 156–170 µs against
+//! 227–302 µs from 12 B on (`ringside bench --backend gloo -b 4 -e 32 -i
+//! 4`). One α has to miss one side by 2–3×, and with relative error that
+//! one point held the tour's Gloo R² at 0.63–0.66.
+//!
 //! The constants below (sizes per regime, plateau factor, three regimes)
 //! were chosen on the tour's curves of a 2-core EPYC (sizes ×4 from 4 B to
 //! 64 MiB): shm, TCP, Gloo and MPI all_reduce reach R² ≥ 0.96 with them
@@ -56,6 +66,27 @@ const REL_ERROR_FLOOR: f64 = 1e-6;
 /// continuous form's error: continuity is the simpler story (a cost that
 /// grows smoothly with size), so it wins near-ties.
 const JUMP_MARGIN: f64 = 0.8;
+
+/// A rise of the fixed cost at one size on the latency plateau: sizes from
+/// [`LatencyStep::from_bytes`] on pay [`LatencyStep::extra_us`] more per call
+/// than the smallest ones (more messages per call, see the module docs).
+///
+/// Only a rise, and only on the plateau (at or below the first size where
+/// the curve leaves it, see [`PLATEAU_FACTOR`], and below the first break):
+/// there α is nearly all of the time, so a change of α is measured rather
+/// than traded against a bandwidth; above, a change of level is what a jump
+/// between bandwidth regimes already describes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LatencyStep {
+    /// Size (bytes) where the higher fixed cost starts: the geometric mean of
+    /// [`LatencyStep::bracket`], since a step can be placed no more precisely
+    /// than between two measured sizes.
+    pub from_bytes: f64,
+    /// The measured sizes either side of the step.
+    pub bracket: (f64, f64),
+    /// How much more every call from `from_bytes` on costs (µs, > 0).
+    pub extra_us: f64,
+}
 
 /// How consecutive regimes meet at a break.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,8 +172,12 @@ pub enum Reduction {
 /// A fitted regime model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Regimes {
-    /// Fixed cost of one call (µs), shared by all regimes.
+    /// Fixed cost of one call (µs) at the smallest sizes, shared by all
+    /// regimes; [`Regimes::step`] adds to it from its size on.
     pub alpha_us: f64,
+    /// A rise of the fixed cost on the latency plateau, when the fit found
+    /// one that pays for its two parameters; see [`Regimes::alpha_at`].
+    pub step: Option<LatencyStep>,
     /// The bus factor f the sizes were multiplied by.
     pub factor: f64,
     /// One to [`MAX_REGIMES`] regimes, smallest sizes first.
@@ -173,11 +208,28 @@ impl Regimes {
             .unwrap_or(0)
     }
 
+    /// The fixed cost of one call of `bytes` (µs): α, plus the step's rise
+    /// from its size on.
+    pub fn alpha_at(&self, bytes: f64) -> f64 {
+        self.alpha_us
+            + self
+                .step
+                .filter(|st| bytes >= st.from_bytes)
+                .map_or(0.0, |st| st.extra_us)
+    }
+
+    /// The fixed cost large messages pay (µs): α with the step's rise, if
+    /// any. What a per-message latency is derived from, since the sizes a
+    /// prediction is about lie above any step.
+    pub fn alpha_large_us(&self) -> f64 {
+        self.alpha_us + self.step.map_or(0.0, |st| st.extra_us)
+    }
+
     /// Predicted time (µs) for `bytes`.
     pub fn predict_us(&self, bytes: f64) -> f64 {
         let b: Vec<f64> = self.regimes.iter().map(Regime::cost_us_per_byte).collect();
         let breaks: Vec<f64> = self.regimes[1..].iter().map(|r| r.from_bytes).collect();
-        let mut t = self.alpha_us;
+        let mut t = self.alpha_at(bytes);
         for (k, bk) in b.iter().enumerate() {
             t += bk * basis(bytes, self.factor, &breaks, self.join, k);
         }
@@ -274,8 +326,18 @@ struct Data {
 }
 
 impl Data {
-    fn solve(&self, breaks: &[f64], join: Join) -> Option<Solution> {
+    /// Columns: α, the step's indicator (when `step`, the size it starts
+    /// at), then one b per regime.
+    fn solve(&self, breaks: &[f64], join: Join, step: Option<f64>) -> Option<Solution> {
         let mut cols = vec![vec![1.0; self.s.len()]];
+        if let Some(at) = step {
+            cols.push(
+                self.s
+                    .iter()
+                    .map(|&s| if s >= at { 1.0 } else { 0.0 })
+                    .collect(),
+            );
+        }
         for k in 0..=breaks.len() {
             cols.push(
                 self.s
@@ -300,8 +362,22 @@ struct Candidate {
     brackets: Vec<(f64, f64)>,
     splits: Vec<usize>,
     join: Join,
+    /// Index of the first size above the latency step, if any.
+    step: Option<usize>,
     sol: Solution,
 }
+
+impl Candidate {
+    /// Parameters the Bayesian information criterion charges: α, one b per
+    /// regime, one break between each pair, and the step's rise and place.
+    fn params(&self) -> usize {
+        2 * (self.breaks.len() + 1) + 2 * usize::from(self.step.is_some())
+    }
+}
+
+/// Sizes the first regime keeps above a latency step: α plus the step and
+/// b_1 need two sizes there, as α and b_1 do without one.
+const MIN_SIZES_ABOVE_STEP: usize = 2;
 
 /// Ways to cut `m` sorted sizes into `parts` runs — the first of at least
 /// [`MIN_SIZES_FIRST`], the others of at least [`MIN_SIZES_AFTER_BREAK`] —
@@ -385,12 +461,29 @@ fn minimise_log(a: f64, b: f64, mut f: impl FnMut(f64) -> f64) -> f64 {
     if f(x) <= best.1 { x } else { at(best.0).exp() }
 }
 
-/// The best model with `parts` regimes and the given join.
-fn best_with(data: &Data, parts: usize, join: Join, allowed: &[bool]) -> Option<Candidate> {
+/// The best model with `parts` regimes, the given join and a latency step
+/// just below size index `step` (none when `None`).
+fn best_with(
+    data: &Data,
+    parts: usize,
+    join: Join,
+    allowed: &[bool],
+    step: Option<usize>,
+) -> Option<Candidate> {
     let u = &data.sizes;
-    let sse = |breaks: &[f64]| data.solve(breaks, join).map_or(f64::INFINITY, |s| s.sse);
+    let step_at = step.map(|i| (u[i - 1] * u[i]).sqrt());
+    let sse = |breaks: &[f64]| {
+        data.solve(breaks, join, step_at)
+            .map_or(f64::INFINITY, |s| s.sse)
+    };
     let mut best: Option<Candidate> = None;
     for split in splits(u.len(), parts, allowed) {
+        if let Some(i) = step {
+            let first_end = split.first().copied().unwrap_or(u.len());
+            if first_end < i + MIN_SIZES_ABOVE_STEP {
+                continue;
+            }
+        }
         let brackets: Vec<(f64, f64)> = split.iter().map(|&i| (u[i - 1], u[i])).collect();
         let mut breaks: Vec<f64> = brackets.iter().map(|(a, b)| (a * b).sqrt()).collect();
         if join == Join::Continuous {
@@ -407,7 +500,7 @@ fn best_with(data: &Data, parts: usize, join: Join, allowed: &[bool]) -> Option<
                 }
             }
         }
-        let Some(sol) = data.solve(&breaks, join) else {
+        let Some(sol) = data.solve(&breaks, join, step_at) else {
             continue;
         };
         if best.as_ref().is_none_or(|b| sol.sse < b.sol.sse) {
@@ -416,6 +509,7 @@ fn best_with(data: &Data, parts: usize, join: Join, allowed: &[bool]) -> Option<
                 brackets,
                 splits: split,
                 join,
+                step,
                 sol,
             });
         }
@@ -451,6 +545,19 @@ fn off_plateau(data: &Data) -> Vec<bool> {
     (0..u.len()).map(|i| i > 0 && above[i - 1]).collect()
 }
 
+/// Where a latency step may sit: just below size index i, for every i
+/// whose size below (index i − 1) is still on the plateau, i.e. before the
+/// run of sizes off it that [`off_plateau`] allows breaks in (every index
+/// when the whole curve is plateau), keeping [`MIN_SIZES_ABOVE_STEP`] sizes
+/// above it.
+fn step_positions(allowed: &[bool]) -> Vec<usize> {
+    let m = allowed.len();
+    // allowed[i]: sizes i − 1 and up are off the plateau; so the last size
+    // on it is i − 2 for the first such i.
+    let last = allowed.iter().position(|&a| a).map_or(m, |i| i - 1);
+    (1..=last.min(m.saturating_sub(MIN_SIZES_ABOVE_STEP))).collect()
+}
+
 /// Bayesian information criterion of a weighted error `sse` on `n` points
 /// with `params` parameters (lower is better).
 fn bic(sse: f64, floor: f64, n: usize, params: usize) -> f64 {
@@ -469,10 +576,12 @@ fn bic(sse: f64, floor: f64, n: usize, params: usize) -> f64 {
 /// A continuous break is moved within its bracket to the error minimum; a
 /// jump cannot be placed more precisely than between two measured sizes.
 /// The placement with the least error wins, continuous unless a jump
-/// leaves less than 0.8 of its error. A break is kept only when the
-/// Bayesian information criterion says it pays for its two extra
-/// parameters (b and the break), so one-regime data keep one regime and
-/// two-regime data two.
+/// leaves less than 0.8 of its error. Each of these is also tried with a
+/// [`LatencyStep`], at the place on the plateau where it fits one regime
+/// best. A break or a step is kept
+/// only when the Bayesian information criterion says it pays for its two
+/// extra parameters (b and the break; the rise and its place), so
+/// one-regime data keep one regime and two-regime data two.
 ///
 /// The model knows no collective: [`Regimes::reduction`] is
 /// [`Reduction::None`] here; [`crate::fit_dataset`] sets it.
@@ -504,30 +613,51 @@ pub fn fit_regimes(points: &[(f64, f64)], factor: f64) -> Option<Regimes> {
     let floor = data.floor();
 
     let allowed = off_plateau(&data);
-    let mut chosen = best_with(&data, 1, Join::Continuous, &allowed)?;
-    let mut chosen_bic = bic(chosen.sol.sse, floor, n, 2);
-    for parts in 2..=MAX_REGIMES {
-        let cont = best_with(&data, parts, Join::Continuous, &allowed);
-        let jump = best_with(&data, parts, Join::Jump, &allowed);
-        let pick = match (cont, jump) {
-            (Some(c), Some(j)) => {
-                if j.sol.sse < JUMP_MARGIN * c.sol.sse {
-                    Some(j)
-                } else {
-                    Some(c)
+    // The step's place is chosen once, with one regime: on the plateau the
+    // bandwidth terms are small, so the regimes above barely move it, and
+    // trying every place with every placement of breaks would multiply
+    // the search by the number of plateau sizes.
+    let best_step = step_positions(&allowed)
+        .into_iter()
+        .filter_map(|i| best_with(&data, 1, Join::Continuous, &allowed, Some(i)))
+        .filter(|c| c.sol.coef[1] > 0.0)
+        .min_by(|a, b| a.sol.sse.total_cmp(&b.sol.sse))
+        .and_then(|c| c.step);
+    let steps: Vec<Option<usize>> = std::iter::once(None).chain(best_step.map(Some)).collect();
+    let mut chosen: Option<(Candidate, f64)> = None;
+    // Fewer parameters first: a later candidate must be strictly better.
+    for parts in 1..=MAX_REGIMES {
+        for &step in &steps {
+            let pick = if parts == 1 {
+                best_with(&data, 1, Join::Continuous, &allowed, step)
+            } else {
+                let cont = best_with(&data, parts, Join::Continuous, &allowed, step);
+                let jump = best_with(&data, parts, Join::Jump, &allowed, step);
+                match (cont, jump) {
+                    (Some(c), Some(j)) => {
+                        if j.sol.sse < JUMP_MARGIN * c.sol.sse {
+                            Some(j)
+                        } else {
+                            Some(c)
+                        }
+                    }
+                    (c, j) => c.or(j),
                 }
-            }
-            (c, j) => c.or(j),
-        };
-        if let Some(p) = pick {
-            // α, one b per regime, one break between each pair.
-            let score = bic(p.sol.sse, floor, n, 2 * parts);
-            // Strictly better than the fewer-regime model chosen so far.
-            if score < chosen_bic {
-                (chosen, chosen_bic) = (p, score);
+            };
+            if let Some(p) = pick {
+                // A step that rose by nothing is no step: the same model
+                // as without it, charged two parameters more.
+                if p.step.is_some() && p.sol.coef[1] <= 0.0 {
+                    continue;
+                }
+                let score = bic(p.sol.sse, floor, n, p.params());
+                if chosen.as_ref().is_none_or(|(_, best)| score < *best) {
+                    chosen = Some((p, score));
+                }
             }
         }
     }
+    let (chosen, _) = chosen?;
 
     let m = data.sizes.len();
     let one_regime =
@@ -541,6 +671,12 @@ pub fn fit_regimes(points: &[(f64, f64)], factor: f64) -> Option<Regimes> {
             } else {
                 OneRegime::NoGain
             });
+    let b0 = 1 + usize::from(chosen.step.is_some());
+    let step = chosen.step.map(|i| LatencyStep {
+        from_bytes: (data.sizes[i - 1] * data.sizes[i]).sqrt(),
+        bracket: (data.sizes[i - 1], data.sizes[i]),
+        extra_us: chosen.sol.coef[1],
+    });
     let mut starts = vec![0usize];
     starts.extend(&chosen.splits);
     let mut regimes = Vec::with_capacity(starts.len());
@@ -549,7 +685,7 @@ pub fn fit_regimes(points: &[(f64, f64)], factor: f64) -> Option<Regimes> {
         regimes.push(Regime {
             from_bytes: if k == 0 { 0.0 } else { chosen.breaks[k - 1] },
             bracket: (k > 0).then(|| chosen.brackets[k - 1]),
-            beta_us_per_byte: chosen.sol.coef[k + 1],
+            beta_us_per_byte: chosen.sol.coef[b0 + k],
             gamma_us_per_byte: None,
             sizes: end - start,
         });
@@ -559,6 +695,7 @@ pub fn fit_regimes(points: &[(f64, f64)], factor: f64) -> Option<Regimes> {
     let r_squared = weighted_r_squared(&data.t, &data.w, chosen.sol.sse);
     Some(Regimes {
         alpha_us: chosen.sol.coef[0],
+        step,
         factor,
         regimes,
         join: chosen.join,

@@ -311,6 +311,84 @@ fn a_slow_tiny_size_on_the_latency_plateau_is_no_regime() {
 }
 
 #[test]
+fn a_latency_step_on_the_plateau_is_fitted_as_one() {
+    // Like Gloo at world 2: 100 µs at 4 B, 300 µs from 16 B on (more
+    // messages per call), 1.2 GB/s; sizes ×4 from 4 B to 64 MiB.
+    let t = |s: f64| if s < 10.0 { 100.0 } else { 300.0 } + s / 1200.0;
+    let pts: Vec<(f64, f64)> = (1..=13).map(|k| (4f64.powi(k), t(4f64.powi(k)))).collect();
+    let m = fit_regimes(&pts, 1.0).unwrap();
+    let step = m.step.expect("a step");
+    assert_eq!(step.bracket, (4.0, 16.0), "{m:?}");
+    assert!(close(step.from_bytes, 8.0, 1e-12));
+    // Exact data: recovered to rounding.
+    assert!(close(m.alpha_us, 100.0, 1e-7), "{m:?}");
+    assert!(close(step.extra_us, 200.0, 1e-7), "{m:?}");
+    assert!(close(m.alpha_large_us(), 300.0, 1e-7));
+    assert_eq!(m.alpha_at(4.0), m.alpha_us);
+    assert_eq!(m.alpha_at(4096.0), m.alpha_large_us());
+    assert_eq!(m.regimes.len(), 1, "{m:?}");
+    assert!(m.r_squared > 1.0 - 1e-9, "{m:?}");
+    for &(s, want) in &pts {
+        assert!(close(m.predict_us(s), want, 1e-7), "at {s}");
+    }
+}
+
+#[test]
+fn gloo_tour_curve_with_a_fast_one_element_call_fits() {
+    // Regression: the medians of ringside-gloo's all_reduce in a `cargo
+    // xtask tour` on the 2-core EPYC VM (world 2). The 4 B call sends
+    // fewer messages than the rest (see the module docs); without a step
+    // the best model had R² 0.631.
+    let pts = [
+        (4.0, 101.8),
+        (16.0, 319.8),
+        (64.0, 277.6),
+        (256.0, 307.1),
+        (1024.0, 348.7),
+        (4096.0, 344.7),
+        (16384.0, 364.3),
+        (65536.0, 336.6),
+        (262144.0, 500.0),
+        (MIB, 668.6),
+        (4.0 * MIB, 3669.3),
+        (16.0 * MIB, 12896.4),
+        (64.0 * MIB, 54428.1),
+    ];
+    let m = fit_regimes(&pts, 1.0).unwrap();
+    assert_eq!(m.step.map(|st| st.bracket), Some((4.0, 16.0)), "{m:?}");
+    assert!(m.r_squared >= 0.95, "{m:?}");
+}
+
+#[test]
+fn smooth_and_stepless_curves_get_no_step() {
+    // A step must pay for two parameters: exact α–β data and the ±3 %
+    // wobble of `one_regime_data_keep_one_regime` do not get one, nor does
+    // a curve whose only change of level is a jump far off the plateau
+    // (a bandwidth break describes that).
+    let (alpha, beta) = (4.0, 1.0 / 6_000.0);
+    let exact: Vec<(f64, f64)> = sizes().iter().map(|&s| (s, alpha + beta * s)).collect();
+    assert_eq!(fit_regimes(&exact, 1.0).unwrap().step, None);
+    let wobble: Vec<(f64, f64)> = sizes()
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| {
+            (
+                s,
+                (alpha + beta * s) * (1.0 + 0.03 * ((i * 7 % 5) as f64 - 2.0) / 2.0),
+            )
+        })
+        .collect();
+    assert_eq!(fit_regimes(&wobble, 1.0).unwrap().step, None);
+    let (b1, b2) = (1.0 / 30_000.0, 1.0 / 10_000.0);
+    let jump: Vec<(f64, f64)> = sizes()
+        .iter()
+        .map(|&s| (s, 5.0 + s * if s > MIB { b2 } else { b1 }))
+        .collect();
+    let m = fit_regimes(&jump, 1.0).unwrap();
+    assert_eq!((m.step, m.regimes.len()), (None, 2), "{m:?}");
+}
+
+#[test]
 fn relative_residuals_are_measured_over_model() {
     let pts: Vec<(f64, f64)> = sizes().iter().map(|&s| (s, 3.0 + s / 5000.0)).collect();
     let m = fit_regimes(&pts, 1.0).unwrap();
