@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use crate::Label;
 use crate::Record;
 use crate::sizes::format_size;
+use measure::median_run;
 
 /// Every record of one runner invocation, keyed by what was launched; with
 /// several runs of the same implementation (`peers --repeat`), every run's
@@ -35,7 +36,7 @@ impl Results {
     /// time is the median of the runs' (the lower one of the middle two for
     /// an even count, so a table never shows a time no run measured).
     pub fn get(&self, imp: Label, bytes: u64) -> Option<&Record> {
-        median_run(self.records.get(&(imp, bytes))?)
+        median_run(self.records.get(&(imp, bytes))?, |r| r.median_us)
     }
 
     /// How many runs measured `imp` at `bytes`.
@@ -46,7 +47,9 @@ impl Results {
     /// The median run's record of every implementation and size, ordered by
     /// implementation then size.
     pub fn iter(&self) -> impl Iterator<Item = &Record> {
-        self.records.values().filter_map(|v| median_run(v))
+        self.records
+            .values()
+            .filter_map(|v| median_run(v, |r| r.median_us))
     }
 
     /// Every run's record, in the order they were measured per key.
@@ -63,12 +66,6 @@ impl Results {
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
-}
-
-fn median_run(runs: &[Record]) -> Option<&Record> {
-    let mut by_time: Vec<&Record> = runs.iter().collect();
-    by_time.sort_by(|a, b| a.median_us.total_cmp(&b.median_us));
-    by_time.get(by_time.len().saturating_sub(1) / 2).copied()
 }
 
 /// What a target compares.

@@ -531,7 +531,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             python: args.python.clone(),
             script: args.peer_script.clone(),
         };
-        let records = torch_peer::run(&sweep, &rdv, timeout)?;
+        let records = torch_peer::run(&sweep, &rdv, 1, timeout)?;
         if lead {
             wrong += print_peer(&records, &args);
             for r in records {

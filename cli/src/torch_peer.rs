@@ -55,9 +55,14 @@ pub fn cuda_present() -> bool {
 
 /// Runs the torch peer on every rank (each rank starts one Python process, so
 /// it works under any launcher); rank 0 returns the records it printed.
+///
+/// `run_id` tells this job's peer runs apart (the tour runs the peer once
+/// per round): each publishes its torch.distributed port under its own
+/// store key, so a later run never reads an earlier run's port.
 pub fn run(
     sweep: &PeerSweep<'_>,
     rdv: &Rendezvous,
+    run_id: u32,
     timeout: Duration,
 ) -> anyhow::Result<Vec<Record>> {
     let python = sweep
@@ -78,15 +83,16 @@ pub fn run(
         );
     }
     let store = rdv.store();
+    let port_key = format!("bench/torch-port/{run_id}");
     if rdv.info.rank == 0 {
         let port = std::net::TcpListener::bind((rdv.info.master_addr.as_str(), 0))
             .or_else(|_| std::net::TcpListener::bind("127.0.0.1:0"))
             .and_then(|l| l.local_addr())
             .context("picking a port for torch.distributed")?
             .port();
-        store.set("bench/torch-port", port.to_string().as_bytes())?;
+        store.set(&port_key, port.to_string().as_bytes())?;
     }
-    let port = String::from_utf8_lossy(&store.get("bench/torch-port")?).into_owned();
+    let port = String::from_utf8_lossy(&store.get(&port_key)?).into_owned();
     let names: Vec<&str> = sweep.collectives.iter().map(|c| c.key()).collect();
     let mut cmd = Command::new(&python);
     cmd.arg(&script)

@@ -38,6 +38,14 @@ pub struct TourArgs {
     /// Timed iterations per size.
     #[arg(short = 'n', long, default_value_t = 20)]
     pub iters: usize,
+    /// Sweep every backend this many times, in turn (A, B, …, A, B, …), and
+    /// keep per size the round with the median time: a slow phase of a
+    /// shared machine (seconds long) or one of Gloo's scheduler-tick stalls
+    /// (a 4 ms median at a random size) then spoils a round, not the curve.
+    /// Five, not three: on a 2-core VM Gloo stalled at some size in 2 of 3
+    /// rounds often enough to leave a 4 ms point in its curve.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: u32,
     /// Seconds any single wait may take.
     #[arg(long, default_value_t = 60.0)]
     pub timeout: f64,
@@ -90,8 +98,10 @@ const LABELS: [Label; 5] = [
 /// A label's communicator, or why this job cannot have one.
 type LabelComm = Result<Box<dyn Communicator>, String>;
 
-/// Connects one label, or says why this job cannot have it.
-fn connect_label(rdv: &Rendezvous, label: &Label, timeout: Duration) -> LabelComm {
+/// Connects one label for round `round`, or says why this job cannot have
+/// it. Each round rendezvouses under its own store prefix: keys a finished
+/// round left behind must not answer the next round's connection.
+fn connect_label(rdv: &Rendezvous, label: &Label, round: u32, timeout: Duration) -> LabelComm {
     job::launcher_ok(
         rdv,
         label.backend,
@@ -103,7 +113,7 @@ fn connect_label(rdv: &Rendezvous, label: &Label, timeout: Duration) -> LabelCom
         label.transport,
         Algo::Auto,
         timeout,
-        &format!("tour-{}/", label.column),
+        &format!("tour-{}/round-{round}/", label.column),
     )
     .map_err(job::last_line)
 }
@@ -152,50 +162,87 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
     // One label at a time, its communicator dropped before the next connects:
     // an idle communicator's threads (Gloo's network loop, a spinning
     // transport) would otherwise share the cores with the one being timed.
-    let mut swept: Vec<(&Label, Vec<Measurement>)> = Vec::new();
-    for label in &LABELS {
-        let comm = match connect_label(&rdv, label, timeout) {
-            Ok(c) => c,
-            Err(why) => {
-                say(format!("   {:>7}: not available here: {why}", label.column));
-                continue;
+    // Round 1 checks and times each label; later rounds only time, so the
+    // same label's rounds lie a whole cycle of the others apart.
+    let mut runs: Vec<(&Label, Vec<Vec<Measurement>>)> = Vec::new();
+    for round in 1..=args.repeat {
+        for label in &LABELS {
+            let first = round == 1;
+            if !first && !runs.iter().any(|(l, _)| l.name == label.name) {
+                continue; // not available: said so in round 1
             }
-        };
-        let bar = progress::bar(lead, None, "   {spinner} {prefix}: {pos} cases {msg}")?;
-        bar.set_prefix(label.column);
-        let started = Instant::now();
-        let report = conformance::run(comm.as_ref(), &SuiteConfig::quick(), |done, name| {
-            bar.set_position(done as u64);
-            bar.set_message(name.to_owned());
-        })?;
-        for f in &report.failures {
-            eprintln!("FAIL ({}) {f}", label.column);
+            let comm = match connect_label(&rdv, label, round, timeout) {
+                Ok(c) => c,
+                Err(why) if first => {
+                    say(format!("   {:>7}: not available here: {why}", label.column));
+                    continue;
+                }
+                Err(why) => {
+                    anyhow::bail!("{} failed to connect in round {round}: {why}", label.column)
+                }
+            };
+            let bar = progress::bar(lead, None, "   {spinner} {prefix}: {pos} cases {msg}")?;
+            bar.set_prefix(label.column);
+            let checked = if first {
+                let started = Instant::now();
+                let report =
+                    conformance::run(comm.as_ref(), &SuiteConfig::quick(), |done, name| {
+                        bar.set_position(done as u64);
+                        bar.set_message(name.to_owned());
+                    })?;
+                for f in &report.failures {
+                    eprintln!("FAIL ({}) {f}", label.column);
+                }
+                failed += report.failures.len();
+                Some((report, started.elapsed().as_secs_f64() * 1e3))
+            } else {
+                None
+            };
+            bar.set_message(format!("timing all_reduce, round {round}/{}", args.repeat));
+            let mut row = Vec::new();
+            for &bytes in &sizes {
+                let m = bench::all_reduce_f32(comm.as_ref(), bytes, 3, args.iters)?;
+                failed += m.wrong.unwrap_or(0);
+                row.push(m);
+            }
+            bar.finish_and_clear();
+            if let Some((report, checked_ms)) = checked {
+                say(format!(
+                    "   {:>7}: {} cases, {} wrong, {} not supported by the library, {:.0} ms",
+                    label.column,
+                    report.cases,
+                    report.failures.len(),
+                    report.unsupported.len(),
+                    checked_ms
+                ));
+                runs.push((label, vec![row]));
+            } else if let Some((_, rounds)) = runs.iter_mut().find(|(l, _)| l.name == label.name) {
+                rounds.push(row);
+            }
         }
-        failed += report.failures.len();
-        let checked_ms = started.elapsed().as_secs_f64() * 1e3;
-        bar.set_message("timing all_reduce".to_owned());
+    }
+    // Per label and size, the round with the median time.
+    let mut swept: Vec<(&Label, Vec<Measurement>)> = Vec::new();
+    for (label, rounds) in &runs {
         let mut row = Vec::new();
-        for &bytes in &sizes {
-            let m = bench::all_reduce_f32(comm.as_ref(), bytes, 3, args.iters)?;
-            failed += m.wrong.unwrap_or(0);
-            results.push(m.to_record(label.name, label.backend.name(), "auto"))?;
-            row.push(m);
+        for i in 0..sizes.len() {
+            let at: Vec<&Measurement> = rounds.iter().filter_map(|r| r.get(i)).collect();
+            if let Some(m) = measure::median_run(&at, |m| m.median_us) {
+                results.push(m.to_record(label.name, label.backend.name(), "auto"))?;
+                row.push((*m).clone());
+            }
         }
-        bar.finish_and_clear();
-        say(format!(
-            "   {:>7}: {} cases, {} wrong, {} not supported by the library, {:.0} ms",
-            label.column,
-            report.cases,
-            report.failures.len(),
-            report.unsupported.len(),
-            checked_ms
-        ));
         swept.push((label, row));
     }
 
     say(format!(
-        "\n2. all_reduce, f32 sum, in place: median of {} iterations, time = slowest rank (us); busbw = algbw x 2(n-1)/n (GB/s)",
-        args.iters
+        "\n2. all_reduce, f32 sum, in place: median of {} iterations, time = slowest rank (us); busbw = algbw x 2(n-1)/n (GB/s){}",
+        args.iters,
+        if args.repeat > 1 {
+            format!("; each size the median of {} rounds", args.repeat)
+        } else {
+            String::new()
+        }
     ));
     let mut header = format!("   {:>8} |", "size");
     for (label, _) in &swept {
@@ -238,15 +285,35 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
             python: None,
             script: None,
         };
-        match torch_peer::run(&sweep, &rdv, timeout) {
-            Ok(records) => {
-                say(format!("   {} sizes measured (torch-gloo)", records.len()));
-                for r in records {
-                    failed += r.wrong.max(0) as usize;
-                    results.push(r)?;
+        // As many rounds as the backends had, and judged the same way.
+        let mut rounds: Vec<Vec<measure::Record>> = Vec::new();
+        for round in 1..=args.repeat {
+            match torch_peer::run(&sweep, &rdv, round, timeout) {
+                Ok(records) => rounds.push(records),
+                Err(e) => {
+                    say(format!("   torch peer not run: {e:#}"));
+                    break;
                 }
             }
-            Err(e) => say(format!("   torch peer not run: {e:#}")),
+        }
+        if let Some(first) = rounds.first() {
+            say(format!(
+                "   {} sizes measured (torch-gloo), {} round(s)",
+                first.len(),
+                rounds.len()
+            ));
+        }
+        for r in rounds.iter().flatten() {
+            failed += r.wrong.max(0) as usize;
+        }
+        for bytes in rounds.first().into_iter().flatten().map(|r| r.bytes) {
+            let at: Vec<&measure::Record> = rounds
+                .iter()
+                .filter_map(|run| run.iter().find(|r| r.bytes == bytes))
+                .collect();
+            if let Some(r) = measure::median_run(&at, |r| r.median_us) {
+                results.push((*r).clone())?;
+            }
         }
     }
     if lead {

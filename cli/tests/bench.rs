@@ -206,27 +206,32 @@ fn bad_flags_are_clear_errors() {
 }
 
 /// The main job's steps: sweep on every lane, the torch peer, the report.
+/// Two rounds: the second connects every lane and starts the torch peer
+/// again (once its second run read the first run's port from the store and
+/// waited 120 s for a peer that was gone).
 #[test]
 fn tour_writes_results_and_a_report_with_the_torch_peer() {
     let dir = tempfile::tempdir().unwrap();
     let (out, stdout, stderr) = run(
         Command::new(RINGSIDE)
-            .args(["tour", "--max-bytes", "16K", "-n", "3", "--out"])
+            .args(["tour", "--max-bytes", "16K", "-n", "3", "--repeat", "2"])
+            .arg("--out")
             .arg(dir.path()),
         Duration::from_secs(240),
     );
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(
-        stdout.contains("sizes measured (torch-gloo)"),
+        stdout.contains("sizes measured (torch-gloo), 2 round(s)")
+            && stdout.contains("each size the median of 2 rounds"),
         "{stdout}\n{stderr}"
     );
     let doc = load(&dir.path().join("bench.json"));
     let records = doc["records"].as_array().unwrap();
     for label in ["reference-shm", "reference-tcp", "gloo", "torch-gloo"] {
-        assert!(
-            records.iter().any(|r| r["label"] == label),
-            "no {label}: {doc}"
-        );
+        // One record per size (4 B to 16 KiB ×4), the median round's: the
+        // rounds are judged, not all written.
+        let n = records.iter().filter(|r| r["label"] == label).count();
+        assert_eq!(n, 7, "{label}: {doc}");
     }
     let index = dir.path().join("report/index.html");
     let html = std::fs::read_to_string(&index).unwrap();

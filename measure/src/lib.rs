@@ -8,6 +8,7 @@
 //! - [`Record`] and [`ResultsFile`]: one measured size, and a whole results
 //!   file (format [`FORMAT`]) with its [`manifest`] (which build, machine,
 //!   libraries and settings measured it); [`ResultsWriter`] writes one;
+//! - [`median_run`]: which of several repeated runs a table shows;
 //! - [`Figure`]: a lab's own measurement that is not a size sweep (a loss curve,
 //!   a step's phases), carried in the same results file and drawn by `reports`.
 //!
@@ -21,6 +22,7 @@ mod error;
 mod figure;
 pub mod manifest;
 mod record;
+mod runs;
 pub mod size;
 mod writer;
 
@@ -28,4 +30,5 @@ pub use collective::{Collective, busbw_factor};
 pub use error::{Error, Result};
 pub use figure::{Figure, FigureKind, FigureSeries};
 pub use record::{FORMAT, Record, ResultsFile, parse_line, parse_results, read_results};
+pub use runs::median_run;
 pub use writer::{RESULTS_DIR_ENV, ResultsWriter, results_root};

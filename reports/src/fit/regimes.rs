@@ -546,15 +546,19 @@ fn off_plateau(data: &Data) -> Vec<bool> {
 }
 
 /// Where a latency step may sit: just below size index i, for every i
-/// whose size below (index i − 1) is still on the plateau, i.e. before the
+/// whose bracket (sizes i − 1 and i) lies on the plateau, i.e. before the
 /// run of sizes off it that [`off_plateau`] allows breaks in (every index
 /// when the whole curve is plateau), keeping [`MIN_SIZES_ABOVE_STEP`] sizes
-/// above it.
+/// above it. A rise at the plateau's edge is the bandwidth term's to
+/// explain.
 fn step_positions(allowed: &[bool]) -> Vec<usize> {
     let m = allowed.len();
     // allowed[i]: sizes i − 1 and up are off the plateau; so the last size
     // on it is i − 2 for the first such i.
-    let last = allowed.iter().position(|&a| a).map_or(m, |i| i - 1);
+    let last = allowed
+        .iter()
+        .position(|&a| a)
+        .map_or(m, |i| i.saturating_sub(2));
     (1..=last.min(m.saturating_sub(MIN_SIZES_ABOVE_STEP))).collect()
 }
 

@@ -1,0 +1,35 @@
+//! Choosing among repeated runs of one measurement.
+//!
+//! A shared machine has slow phases (seconds to a minute) that slow every
+//! program measured inside one. Repeating a sweep a few times, apart in
+//! time, and keeping per size the run with the median time means one run
+//! that fell into such a phase decides nothing. Picking a whole run, not
+//! averaging runs, keeps every number shown (median, p99, min) one that a
+//! single run measured together.
+
+/// The run whose `time` is the median of the runs' (the lower of the middle
+/// two for an even count, so the choice is always a measured run); `None`
+/// for no runs. Ties keep the earlier run.
+pub fn median_run<T>(runs: &[T], time: impl Fn(&T) -> f64) -> Option<&T> {
+    let mut by_time: Vec<&T> = runs.iter().collect();
+    // A stable sort: of equal times, the earlier run comes first.
+    by_time.sort_by(|a, b| time(a).total_cmp(&time(b)));
+    by_time.get(by_time.len().saturating_sub(1) / 2).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median_run;
+
+    #[test]
+    fn the_middle_run_wins_and_an_outlier_decides_nothing() {
+        // The second run fell into a slow phase.
+        let runs = [(1, 70.0), (2, 650.0), (3, 75.0)];
+        assert_eq!(median_run(&runs, |r| r.1), Some(&(3, 75.0)));
+        // Even counts take the lower middle run, never an average.
+        let four = [(1, 4.0), (2, 1.0), (3, 3.0), (4, 2.0)];
+        assert_eq!(median_run(&four, |r| r.1), Some(&(4, 2.0)));
+        assert_eq!(median_run(&[(1, 9.0)], |r| r.1), Some(&(1, 9.0)));
+        assert_eq!(median_run::<(i32, f64)>(&[], |r| r.1), None);
+    }
+}
