@@ -378,7 +378,12 @@ fn model_section(p: &Page<'_>) -> String {
          costs the upper b, so the time jumps there, and the data place the break only \
          between two measured sizes. γ is separated from β where the same series also \
          measured all_gather (same bus bytes, no reduction: γ = b(all_reduce) − \
-         b(all_gather)); otherwise the bandwidth shown is 1/(β+γ).</p>\n<p><b>R²</b> is the \
+         b(all_gather)); otherwise the bandwidth shown is 1/(β+γ). α may rise once on the \
+         latency plateau (<em>latency step</em>, shown as <code>α → α′ from S</code>): α is a \
+         cost per message, and a segmented algorithm sends more messages once a buffer fills \
+         more of its segments (Gloo's ring cuts every buffer into 2·n segments of whole \
+         elements, so at 2 ranks 1–2 floats leave some empty); it is kept, like a break, \
+         only when it pays for its two parameters.</p>\n<p><b>R²</b> is the \
          weighted coefficient of determination on relative error: 1 − Σ((t − model)/t)² / \
          Σ((t − t̄)/t)², with t̄ the 1/t²-weighted mean time — the scale the fit minimises; 1 \
          is a perfect fit. <b>R² α–β</b> is the same for the one-bandwidth model \
@@ -423,7 +428,8 @@ fn scale_section(p: &Page<'_>) -> String {
          <code>2(p−1)·α + 2(p−1)/p·S·β</code>, recursive halving-doubling \
          <code>2·log2(p)·α + 2(p−1)/p·S·β</code> and binomial-tree reduce + broadcast \
          <code>2·log2(p)·(α + S·β)</code>. α here is the cost of one message: from the \
-         send_recv model when there is one, otherwise the all_reduce model's α divided by the \
+         send_recv model when there is one, otherwise the all_reduce model's α (after any \
+         latency step: the α large buffers pay) divided by the \
          2(n−1) steps of a ring on the n measured ranks. β is the cost per byte of the regime \
          each rank's buffer S falls into, for every algorithm: the regimes are where the \
          measured buffers stopped fitting in cache, and each rank reads and writes its whole \
