@@ -212,12 +212,9 @@ fn regimes_recover_a_jump_between_the_sizes_around_it() {
     assert!(close(m.break_bytes().unwrap(), 2f64.sqrt() * MIB, 1e-12));
 }
 
-#[test]
-fn one_regime_data_keep_one_regime() {
-    // α–β data with a deterministic ±3 % wobble: a break could shave a
-    // little error off but must not pay for its two extra parameters.
-    let (alpha, beta) = (4.0, 1.0 / 6_000.0);
-    let pts: Vec<(f64, f64)> = sizes()
+/// α + β·S at every size, each off by a deterministic −3 to +3 %.
+fn wobbly_alpha_beta(alpha: f64, beta: f64) -> Vec<(f64, f64)> {
+    sizes()
         .iter()
         .enumerate()
         .map(|(i, &s)| {
@@ -226,7 +223,15 @@ fn one_regime_data_keep_one_regime() {
                 (alpha + beta * s) * (1.0 + 0.03 * ((i * 7 % 5) as f64 - 2.0) / 2.0),
             )
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn one_regime_data_keep_one_regime() {
+    // α–β data with a deterministic ±3 % wobble: a break could shave a
+    // little error off but must not pay for its two extra parameters.
+    let (alpha, beta) = (4.0, 1.0 / 6_000.0);
+    let pts = wobbly_alpha_beta(alpha, beta);
     let m = fit_regimes(&pts, 1.0).unwrap();
     assert_eq!(m.regimes.len(), 1, "{m:?}");
     assert_eq!(m.one_regime, Some(OneRegime::NoGain));
@@ -362,23 +367,18 @@ fn gloo_tour_curve_with_a_fast_one_element_call_fits() {
 #[test]
 fn smooth_and_stepless_curves_get_no_step() {
     // A step must pay for two parameters: exact α–β data and the ±3 %
-    // wobble of `one_regime_data_keep_one_regime` do not get one, nor does
+    // wobble of `wobbly_alpha_beta` do not get one, nor does
     // a curve whose only change of level is a jump far off the plateau
     // (a bandwidth break describes that).
     let (alpha, beta) = (4.0, 1.0 / 6_000.0);
     let exact: Vec<(f64, f64)> = sizes().iter().map(|&s| (s, alpha + beta * s)).collect();
     assert_eq!(fit_regimes(&exact, 1.0).unwrap().step, None);
-    let wobble: Vec<(f64, f64)> = sizes()
-        .iter()
-        .enumerate()
-        .map(|(i, &s)| {
-            (
-                s,
-                (alpha + beta * s) * (1.0 + 0.03 * ((i * 7 % 5) as f64 - 2.0) / 2.0),
-            )
-        })
-        .collect();
-    assert_eq!(fit_regimes(&wobble, 1.0).unwrap().step, None);
+    assert_eq!(
+        fit_regimes(&wobbly_alpha_beta(alpha, beta), 1.0)
+            .unwrap()
+            .step,
+        None
+    );
     let (b1, b2) = (1.0 / 30_000.0, 1.0 / 10_000.0);
     let jump: Vec<(f64, f64)> = sizes()
         .iter()
