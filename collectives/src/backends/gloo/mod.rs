@@ -6,6 +6,8 @@
 //! `{opts.prefix}gloo/`), so multi-node jobs need no shared filesystem.
 //! **Transport** is Gloo's TCP device, on the interface named by
 //! `GLOO_SOCKET_IFNAME` (as PyTorch reads it), else on `opts.listen_ip`.
+//! Gloo's event-loop threads run 5 nicer than the rank (`loop_priority.rs`:
+//! they busy-poll, and on few cores they held the rank's core for a tick).
 //! Gloo's context timeout is `opts.timeout`; Gloo's "timed out" errors become
 //! [`Error::Timeout`], every other C++ exception an [`Error::Protocol`] — none
 //! escapes as an abort. After any error the communicator refuses further calls.
@@ -53,6 +55,7 @@
 //! more than `i32::MAX` elements on a classic algorithm (they count in
 //! `int`).
 
+mod loop_priority;
 pub mod preload;
 
 use std::sync::{Mutex, MutexGuard};
@@ -294,18 +297,21 @@ impl GlooComm {
             first_error: Mutex::new(None),
         };
         let ms = i64::try_from(opts.timeout.as_millis()).unwrap_or(i64::MAX);
-        let comm = ffi::connect(
-            &kv,
-            rank as i32,
-            world as i32,
-            &iface,
-            &hostname,
-            ms,
-            classic,
-        )
-        .map_err(|e| {
-            let stored = kv.first_error.lock().ok().and_then(|mut s| s.take());
-            stored.unwrap_or_else(|| gloo_error(&e, opts.timeout))
+        // Gloo's event loops busy-poll: they start nicer (loop_priority).
+        let comm = loop_priority::connect_nicer(|| {
+            ffi::connect(
+                &kv,
+                rank as i32,
+                world as i32,
+                &iface,
+                &hostname,
+                ms,
+                classic,
+            )
+            .map_err(|e| {
+                let stored = kv.first_error.lock().ok().and_then(|mut s| s.take());
+                stored.unwrap_or_else(|| gloo_error(&e, opts.timeout))
+            })
         })?;
         Ok(GlooComm {
             rank,
