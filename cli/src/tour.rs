@@ -164,11 +164,12 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
     // transport) would otherwise share the cores with the one being timed.
     // Round 1 checks and times each label; later rounds only time, so the
     // same label's rounds lie a whole cycle of the others apart.
-    let mut runs: Vec<(&Label, Vec<Vec<Measurement>>)> = Vec::new();
+    // Per label (in LABELS' order): its rounds, or None while unavailable.
+    let mut rounds_of: Vec<Option<Vec<Vec<Measurement>>>> = vec![None; LABELS.len()];
     for round in 1..=args.repeat {
-        for label in &LABELS {
-            let first = round == 1;
-            if !first && !runs.iter().any(|(l, _)| l.name == label.name) {
+        let first = round == 1;
+        for (label, rounds) in LABELS.iter().zip(rounds_of.iter_mut()) {
+            if !first && rounds.is_none() {
                 continue; // not available: said so in round 1
             }
             let comm = match connect_label(&rdv, label, round, timeout) {
@@ -215,22 +216,19 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
                     report.unsupported.len(),
                     checked_ms
                 ));
-                runs.push((label, vec![row]));
-            } else if let Some((_, rounds)) = runs.iter_mut().find(|(l, _)| l.name == label.name) {
-                rounds.push(row);
             }
+            rounds.get_or_insert_with(Vec::new).push(row);
         }
     }
-    // Per label and size, the round with the median time.
     let mut swept: Vec<(&Label, Vec<Measurement>)> = Vec::new();
-    for (label, rounds) in &runs {
-        let mut row = Vec::new();
-        for i in 0..sizes.len() {
-            let at: Vec<&Measurement> = rounds.iter().filter_map(|r| r.get(i)).collect();
-            if let Some(m) = measure::median_run(&at, |m| m.median_us) {
-                results.push(m.to_record(label.name, label.backend.name(), "auto"))?;
-                row.push((*m).clone());
-            }
+    for (label, rounds) in LABELS.iter().zip(&rounds_of) {
+        let Some(rounds) = rounds else { continue };
+        let row: Vec<Measurement> = median_rounds(rounds, |m| m.bytes as u64, |m| m.median_us)
+            .into_iter()
+            .cloned()
+            .collect();
+        for m in &row {
+            results.push(m.to_record(label.name, label.backend.name(), "auto"))?;
         }
         swept.push((label, row));
     }
@@ -306,14 +304,8 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         for r in rounds.iter().flatten() {
             failed += r.wrong.max(0) as usize;
         }
-        for bytes in rounds.first().into_iter().flatten().map(|r| r.bytes) {
-            let at: Vec<&measure::Record> = rounds
-                .iter()
-                .filter_map(|run| run.iter().find(|r| r.bytes == bytes))
-                .collect();
-            if let Some(r) = measure::median_run(&at, |r| r.median_us) {
-                results.push((*r).clone())?;
-            }
+        for r in median_rounds(&rounds, |r| r.bytes, |r| r.median_us) {
+            results.push(r.clone())?;
         }
     }
     if lead {
@@ -328,6 +320,28 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
     ));
     rdv.close(timeout)?;
     Ok(if failed == 0 { 0 } else { 1 })
+}
+
+/// Per size of the first round, in its order, the round whose `time` at
+/// that size is the median of the rounds' (see [`measure::median_run`]).
+fn median_rounds<T>(
+    rounds: &[Vec<T>],
+    bytes: impl Fn(&T) -> u64,
+    time: impl Fn(&T) -> f64,
+) -> Vec<&T> {
+    let Some(first) = rounds.first() else {
+        return Vec::new();
+    };
+    first
+        .iter()
+        .filter_map(|x| {
+            let at: Vec<&T> = rounds
+                .iter()
+                .filter_map(|round| round.iter().find(|y| bytes(y) == bytes(x)))
+                .collect();
+            measure::median_run(&at, |y| time(y)).copied()
+        })
+        .collect()
 }
 
 /// Step 4: the report from this run's results, its summary, and where it is.

@@ -7,7 +7,7 @@ use crate::dataset::Dataset;
 use crate::fit::{Join, OneRegime, Reduction, Regimes, SeriesFit};
 use crate::predict::{AllReduceAlgorithm, LinkModel, LinkSource, ScaleRow};
 use crate::summary::Summary;
-use crate::units::{fmt_bytes, fmt_gbps_of_cost, fmt_us, sig3};
+use crate::units::{fmt_alpha, fmt_bytes, fmt_gbps_of_cost, fmt_us, sig3};
 
 /// Everything the page shows.
 #[derive(Debug, Clone, Copy)]
@@ -117,20 +117,6 @@ pub(crate) fn bandwidths(m: &Regimes) -> String {
         .join(" → ")
 }
 
-/// The fixed cost, e.g. `102 µs`, or with a latency step
-/// `102 µs → 301 µs from 8 B`.
-pub(crate) fn alpha(m: &Regimes) -> String {
-    match m.step {
-        Some(st) => format!(
-            "{} → {} from {}",
-            fmt_us(m.alpha_us),
-            fmt_us(m.alpha_large_us()),
-            fmt_bytes(st.from_bytes)
-        ),
-        None => fmt_us(m.alpha_us),
-    }
-}
-
 /// The breaks, e.g. `11.3 MiB (cache → memory)`, or `—`.
 pub(crate) fn breaks(m: &Regimes) -> String {
     let v: Vec<String> = (1..m.regimes.len())
@@ -212,7 +198,7 @@ fn notes(m: &Regimes) -> String {
 fn fit_cells(f: &SeriesFit) -> String {
     match &f.model {
         Some(m) => [
-            td(&alpha(m)),
+            td(&fmt_alpha(m)),
             td_text(&bandwidths(m)),
             td_text(&breaks(m)),
             td(&format!("{:.3}", m.r_squared)),
@@ -281,7 +267,7 @@ fn summary_section(p: &Page<'_>) -> String {
         .map(|f| {
             let (alpha, bw, br, r2) = match &f.model {
                 Some(m) => (
-                    alpha(m),
+                    fmt_alpha(m),
                     bandwidths(m),
                     breaks(m),
                     format!("{:.3}", m.r_squared),

@@ -6,7 +6,7 @@ use std::fmt;
 use crate::dataset::Dataset;
 use crate::fit::{Fit, SeriesFit};
 use crate::results::Collective;
-use crate::units::{fmt_bytes, sig3};
+use crate::units::{fmt_alpha, fmt_bytes, sig3};
 
 /// Size classes used to name "the best backend" (by median time).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -244,7 +244,7 @@ impl fmt::Display for Summary {
             .headline_fits()
             .into_iter()
             .filter_map(|s| s.model.as_ref())
-            .map(|m| crate::html::alpha(m).chars().count())
+            .map(|m| fmt_alpha(m).chars().count())
             .max()
             .unwrap_or(0)
             .max(9);
@@ -275,7 +275,7 @@ impl fmt::Display for Summary {
                         "  {:<w$} {:<14} {:>aw$}  {:<22} {:<20} {:>5.3} {:>5}",
                         name,
                         s.collective.key(),
-                        crate::html::alpha(m),
+                        fmt_alpha(m),
                         bw.join(" → "),
                         if br.is_empty() {
                             "none".into()

@@ -26,6 +26,20 @@ pub fn fmt_gbps_of_cost(us_per_byte: f64) -> String {
     }
 }
 
+/// A model's fixed cost, e.g. `102 µs`, or with a latency step
+/// `102 µs → 301 µs from 8 B`.
+pub fn fmt_alpha(m: &crate::fit::Regimes) -> String {
+    match m.step {
+        Some(st) => format!(
+            "{} → {} from {}",
+            fmt_us(m.alpha_us),
+            fmt_us(m.alpha_large_us()),
+            fmt_bytes(st.from_bytes)
+        ),
+        None => fmt_us(m.alpha_us),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -71,8 +71,8 @@ const JUMP_MARGIN: f64 = 0.8;
 /// [`LatencyStep::from_bytes`] on pay [`LatencyStep::extra_us`] more per call
 /// than the smallest ones (more messages per call, see the module docs).
 ///
-/// Only a rise, and only on the plateau (at or below the first size where
-/// the curve leaves it, see [`PLATEAU_FACTOR`], and below the first break):
+/// Only a rise, and only on the plateau (both measured sizes around it on
+/// the latency plateau, see [`PLATEAU_FACTOR`], and below the first break):
 /// there α is nearly all of the time, so a change of α is measured rather
 /// than traded against a bandwidth; above, a change of level is what a jump
 /// between bandwidth regimes already describes.
@@ -222,7 +222,7 @@ impl Regimes {
     /// any. What a per-message latency is derived from, since the sizes a
     /// prediction is about lie above any step.
     pub fn alpha_large_us(&self) -> f64 {
-        self.alpha_us + self.step.map_or(0.0, |st| st.extra_us)
+        self.alpha_at(f64::INFINITY)
     }
 
     /// Predicted time (µs) for `bytes`.
@@ -349,6 +349,12 @@ impl Data {
         nonneg_wls(&cols, &self.t, &self.w)
     }
 
+    /// Where a step just below size index `i` starts: the geometric mean of
+    /// the sizes either side (see [`LatencyStep::from_bytes`]).
+    fn step_at(&self, i: usize) -> f64 {
+        (self.sizes[i - 1] * self.sizes[i]).sqrt()
+    }
+
     /// Smallest weighted error per point that counts as misfit.
     fn floor(&self) -> f64 {
         REL_ERROR_FLOOR * REL_ERROR_FLOOR * self.s.len() as f64
@@ -471,7 +477,7 @@ fn best_with(
     step: Option<usize>,
 ) -> Option<Candidate> {
     let u = &data.sizes;
-    let step_at = step.map(|i| (u[i - 1] * u[i]).sqrt());
+    let step_at = step.map(|i| data.step_at(i));
     let sse = |breaks: &[f64]| {
         data.solve(breaks, join, step_at)
             .map_or(f64::INFINITY, |s| s.sse)
@@ -677,7 +683,7 @@ pub fn fit_regimes(points: &[(f64, f64)], factor: f64) -> Option<Regimes> {
             });
     let b0 = 1 + usize::from(chosen.step.is_some());
     let step = chosen.step.map(|i| LatencyStep {
-        from_bytes: (data.sizes[i - 1] * data.sizes[i]).sqrt(),
+        from_bytes: data.step_at(i),
         bracket: (data.sizes[i - 1], data.sizes[i]),
         extra_us: chosen.sol.coef[1],
     });

@@ -158,12 +158,17 @@ fn continuous_two_regimes(s: f64) -> f64 {
     alpha + f * (b1 * s.min(c) + b2 * (s - c).max(0.0))
 }
 
-#[test]
-fn regimes_recover_a_continuous_break_and_its_bandwidths() {
-    let pts: Vec<(f64, f64)> = sizes()
+/// [`continuous_two_regimes`] at every size of [`sizes`].
+fn two_regime_points() -> Vec<(f64, f64)> {
+    sizes()
         .iter()
         .map(|&s| (s, continuous_two_regimes(s)))
-        .collect();
+        .collect()
+}
+
+#[test]
+fn regimes_recover_a_continuous_break_and_its_bandwidths() {
+    let pts = two_regime_points();
     let m = fit_regimes(&pts, 1.5).unwrap();
     assert_eq!(m.regimes.len(), 2, "{m:?}");
     assert_eq!(m.join, Join::Continuous);
@@ -253,10 +258,7 @@ fn one_regime_data_keep_one_regime() {
 
 #[test]
 fn the_regime_model_beats_alpha_beta_on_two_regime_data() {
-    let pts: Vec<(f64, f64)> = sizes()
-        .iter()
-        .map(|&s| (s, continuous_two_regimes(s)))
-        .collect();
+    let pts = two_regime_points();
     let old = fit_alpha_beta(&pts, 1.5).model().unwrap().r_squared;
     let new = fit_regimes(&pts, 1.5).unwrap().r_squared;
     // The one-β line misses both ends of a 2.5× bandwidth change.
