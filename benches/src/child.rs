@@ -1,19 +1,20 @@
 //! Running one benchmark job (one or more processes) with a deadline,
 //! streaming result records as they arrive.
 //!
-//! Every process gets its own process group, so a timeout or a failed rank
-//! takes down whatever it spawned too (mpirun's ranks, ringside's workers)
-//! instead of leaving a rank blocked in a collective forever.
+//! The processes are supervised by the launcher's [`Group`]: each gets its own
+//! process group, so a timeout or a failed rank takes down whatever it spawned
+//! too (mpirun's ranks, ringside's workers) instead of leaving a rank blocked
+//! in a collective forever, and none outlives this runner.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use collectives::launch::{Exit, Group};
 use measure::{Record, parse_line};
 
 /// Lines of non-record output kept per job for error reports.
@@ -64,11 +65,11 @@ enum Msg {
     Stderr(usize, String),
 }
 
-/// Spawns every command (stdin closed, stdout/stderr captured, each in a new
-/// process group), calls `on_record` for each record as it arrives, and waits
-/// until all exit or `timeout` passes. A process that fails (or the timeout)
-/// terminates the rest, so ranks waiting on a dead peer do not sit until
-/// their own timeouts.
+/// Spawns every command (stdin closed, stdout/stderr captured, each
+/// supervised by a [`Group`]: its own process group, killed if we die), calls
+/// `on_record` for each record as it arrives, and waits until all exit or
+/// `timeout` passes. A process that fails (or the timeout) terminates the rest,
+/// so ranks waiting on a dead peer do not sit until their own timeouts.
 pub fn run(
     commands: Vec<Command>,
     timeout: Duration,
@@ -77,26 +78,25 @@ pub fn run(
     let start = Instant::now();
     let deadline = start + timeout;
     let (tx, rx) = mpsc::channel::<Msg>();
-    let mut children: Vec<Child> = Vec::new();
+    let mut group = Group::new();
     let mut failure: Option<String> = None;
 
     for (i, mut cmd) in commands.into_iter().enumerate() {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        match cmd.spawn() {
-            Ok(mut child) => {
+            .stderr(Stdio::piped());
+        match group.spawn(&mut cmd) {
+            Ok(at) => {
+                let child = group.child_mut(at);
                 if let Some(out) = child.stdout.take() {
                     spawn_reader(out, tx.clone(), move |l| Msg::Stdout(i, l));
                 }
                 if let Some(err) = child.stderr.take() {
                     spawn_reader(err, tx.clone(), move |l| Msg::Stderr(i, l));
                 }
-                if let Ok(pgid) = libc::pid_t::try_from(child.id()) {
+                if let Ok(pgid) = libc::pid_t::try_from(group.pid(at)) {
                     running().push(pgid);
                 }
-                children.push(child);
             }
             Err(e) => {
                 failure = Some(format!("cannot start {:?}: {e}", cmd.get_program()));
@@ -110,7 +110,6 @@ pub fn run(
 
     let mut records = Vec::new();
     let mut tail: VecDeque<String> = VecDeque::new();
-    let mut statuses: Vec<Option<ExitStatus>> = vec![None; children.len()];
     let mut handle = |msg: Msg,
                       records: &mut Vec<Record>,
                       tail: &mut VecDeque<String>,
@@ -139,7 +138,7 @@ pub fn run(
     };
 
     if failure.is_some() {
-        terminate(&mut children);
+        terminate(&mut group);
     }
     loop {
         match rx.recv_timeout(POLL) {
@@ -148,32 +147,22 @@ pub fn run(
             // All pipes closed; exit statuses are collected below.
             Err(RecvTimeoutError::Disconnected) => {}
         }
-        for (i, child) in children.iter_mut().enumerate() {
-            if statuses[i].is_none() {
-                match child.try_wait() {
-                    Ok(Some(status)) => {
-                        statuses[i] = Some(status);
-                        if !status.success() && failure.is_none() {
-                            failure = Some(format!("process {i} exited with {status}"));
-                        }
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        failure.get_or_insert_with(|| format!("process {i}: wait failed: {e}"));
-                    }
-                }
+        for i in group.reap() {
+            let exit = group.exit(i).unwrap_or(Exit::Unknown);
+            if !exit.success() && failure.is_none() {
+                failure = Some(format!("process {i} {exit}"));
             }
         }
-        if statuses.iter().all(Option::is_some) {
+        if group.all_exited() {
             break;
         }
         if failure.is_some() {
-            terminate(&mut children);
+            terminate(&mut group);
             break;
         }
         if Instant::now() >= deadline {
             failure = Some(format!("timed out after {}s", timeout.as_secs()));
-            terminate(&mut children);
+            terminate(&mut group);
             break;
         }
     }
@@ -186,7 +175,7 @@ pub fn run(
             Err(_) => break,
         }
     }
-    let ours: Vec<u32> = children.iter().map(Child::id).collect();
+    let ours: Vec<u32> = (0..group.len()).map(|i| group.pid(i)).collect();
     running().retain(|p| !ours.iter().any(|&o| libc::pid_t::try_from(o) == Ok(*p)));
     Outcome {
         records,
@@ -213,39 +202,17 @@ fn spawn_reader<R: Read + Send + 'static>(
 
 /// SIGTERM every child's process group (mpirun forwards it to its ranks),
 /// then SIGKILL whatever is left after a grace period, and reap.
-fn terminate(children: &mut [Child]) {
-    signal_groups(children, libc::SIGTERM);
+fn terminate(group: &mut Group) {
+    group.signal_running(libc::SIGTERM);
     let until = Instant::now() + TERM_GRACE;
     while Instant::now() < until {
-        if children
-            .iter_mut()
-            .all(|c| matches!(c.try_wait(), Ok(Some(_))))
-        {
-            // Members of the groups other than the leaders may remain.
-            signal_groups(children, libc::SIGKILL);
+        group.reap();
+        if group.all_exited() {
             return;
         }
         thread::sleep(POLL);
     }
-    signal_groups(children, libc::SIGKILL);
-    for c in children.iter_mut() {
-        let _ = c.wait();
-    }
-}
-
-fn signal_groups(children: &[Child], signal: libc::c_int) {
-    for c in children {
-        let Ok(pgid) = libc::pid_t::try_from(c.id()) else {
-            continue;
-        };
-        // SAFETY: kill(2) has no memory-safety preconditions. Each child was
-        // spawned with process_group(0), so its pid is its group id and -pgid
-        // addresses only that child and what it spawned. Errors (ESRCH: the
-        // group is already gone) are fine to ignore.
-        unsafe {
-            libc::kill(-pgid, signal);
-        }
-    }
+    group.kill_all();
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //!
 //! The peer programs live in `benches/peers/` (C for MPI, C++ for Gloo) and
 //! are compiled by `build.rs`. Every implementation (the two peers and
-//! `ringside sweep`), each a [`Label`], follows one timing rule and prints
+//! `ringside sweep`), each an [`Impl`], follows one timing rule and prints
 //! one JSON line per message size (a results-file [`Record`] from the
 //! `measure` crate); the `peers` binary launches them
 //! ([`child`]), collects those lines and compares them against the project's
@@ -12,12 +12,12 @@
 
 pub mod child;
 pub mod error;
-pub mod labels;
+pub mod impls;
 pub mod memcpy;
 pub mod report;
 pub mod sizes;
 
 pub use error::{Error, Result};
-pub use labels::Label;
+pub use impls::Impl;
 pub use measure::Record;
 pub use sizes::Sweep;

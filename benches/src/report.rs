@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::Label;
+use crate::Impl;
 use crate::Record;
 use crate::sizes::format_size;
 use measure::median_run;
@@ -13,7 +13,7 @@ use measure::median_run;
 /// record is kept and the tables use the run with the median time.
 #[derive(Clone, Debug, Default)]
 pub struct Results {
-    records: BTreeMap<(Label, u64), Vec<Record>>,
+    records: BTreeMap<(Impl, u64), Vec<Record>>,
 }
 
 impl Results {
@@ -24,7 +24,7 @@ impl Results {
 
     /// Files `record` under `imp` (setting its label), beside the records of
     /// earlier runs of the same implementation and size.
-    pub fn insert(&mut self, imp: Label, mut record: Record) {
+    pub fn insert(&mut self, imp: Impl, mut record: Record) {
         record.label = imp.name().to_string();
         self.records
             .entry((imp, record.bytes))
@@ -35,12 +35,12 @@ impl Results {
     /// The record for `imp` at `bytes`: of several runs, the one whose median
     /// time is the median of the runs' (the lower one of the middle two for
     /// an even count, so a table never shows a time no run measured).
-    pub fn get(&self, imp: Label, bytes: u64) -> Option<&Record> {
+    pub fn get(&self, imp: Impl, bytes: u64) -> Option<&Record> {
         median_run(self.records.get(&(imp, bytes))?, |r| r.median_us)
     }
 
     /// How many runs measured `imp` at `bytes`.
-    pub fn runs(&self, imp: Label, bytes: u64) -> usize {
+    pub fn runs(&self, imp: Impl, bytes: u64) -> usize {
         self.records.get(&(imp, bytes)).map_or(0, Vec::len)
     }
 
@@ -101,9 +101,9 @@ pub struct Target {
     /// Short column name, e.g. `shm/mpi bw`.
     pub name: &'static str,
     /// Our implementation.
-    pub ours: Label,
+    pub ours: Impl,
     /// The library we are measured against.
-    pub theirs: Label,
+    pub theirs: Impl,
     /// What is compared.
     pub metric: Metric,
     /// For [`Metric::Busbw`], the ratio must be at least this; for
@@ -122,8 +122,8 @@ const KIB4: u64 = 4 << 10;
 pub const TARGETS: [Target; 4] = [
     Target {
         name: "shm/mpi bw",
-        ours: Label::RingsideShm,
-        theirs: Label::Mpi,
+        ours: Impl::RingsideShm,
+        theirs: Impl::Mpi,
         metric: Metric::Busbw,
         bound: 1.0,
         sizes: SizeRule::AtLeast(MIB),
@@ -131,8 +131,8 @@ pub const TARGETS: [Target; 4] = [
     },
     Target {
         name: "shm/mpi lat",
-        ours: Label::RingsideShm,
-        theirs: Label::Mpi,
+        ours: Impl::RingsideShm,
+        theirs: Impl::Mpi,
         metric: Metric::Latency,
         bound: 2.0,
         sizes: SizeRule::AtMost(KIB4),
@@ -140,8 +140,8 @@ pub const TARGETS: [Target; 4] = [
     },
     Target {
         name: "tcp/gloo bw",
-        ours: Label::RingsideTcp,
-        theirs: Label::GlooRing,
+        ours: Impl::RingsideTcp,
+        theirs: Impl::GlooRing,
         metric: Metric::Busbw,
         bound: 1.5,
         sizes: SizeRule::AtLeast(MIB),
@@ -149,8 +149,8 @@ pub const TARGETS: [Target; 4] = [
     },
     Target {
         name: "tcp/gloo lat",
-        ours: Label::RingsideTcp,
-        theirs: Label::GlooRing,
+        ours: Impl::RingsideTcp,
+        theirs: Impl::GlooRing,
         metric: Metric::Latency,
         bound: 0.3,
         sizes: SizeRule::AtMost(KIB4),
@@ -245,7 +245,7 @@ impl Summary {
 /// peer that failed) counts as unmeasured.
 pub fn ratios(
     results: &Results,
-    impls: &[Label],
+    impls: &[Impl],
     world: usize,
     sizes: &[u64],
 ) -> (Vec<Ratio>, Summary) {
@@ -315,8 +315,8 @@ pub fn format_gbps(g: f64) -> String {
 /// slowest rank per iteration) and busbw (GB/s, recomputed from bytes and
 /// median so rounding in the printed value does not matter). `!` marks a
 /// record with wrong elements.
-pub fn results_table(results: &Results, impls: &[Label], sizes: &[u64]) -> String {
-    let width = |imp: Label| imp.name().len().max(20);
+pub fn results_table(results: &Results, impls: &[Impl], sizes: &[u64]) -> String {
+    let width = |imp: Impl| imp.name().len().max(20);
     let mut out = String::new();
     let _ = write!(out, "{:>10}", "");
     for &imp in impls {
@@ -403,7 +403,7 @@ pub fn ratio_table(cells: &[Ratio], sizes: &[u64]) -> String {
 mod tests {
     use super::*;
 
-    fn rec(imp: Label, world: usize, bytes: u64, median_us: f64) -> Record {
+    fn rec(imp: Impl, world: usize, bytes: u64, median_us: f64) -> Record {
         let algbw = bytes as f64 / (median_us * 1e-6) / 1e9;
         Record {
             label: imp.name().into(),
@@ -433,31 +433,31 @@ mod tests {
     fn two_impls(world: usize, bytes: u64, ours_us: f64, mpi_us: f64) -> Results {
         let mut r = Results::new();
         r.insert(
-            Label::RingsideShm,
-            rec(Label::RingsideShm, world, bytes, ours_us),
+            Impl::RingsideShm,
+            rec(Impl::RingsideShm, world, bytes, ours_us),
         );
-        r.insert(Label::Mpi, rec(Label::Mpi, world, bytes, mpi_us));
+        r.insert(Impl::Mpi, rec(Impl::Mpi, world, bytes, mpi_us));
         r
     }
 
-    const SHM_MPI: [Label; 2] = [Label::Mpi, Label::RingsideShm];
+    const SHM_MPI: [Impl; 2] = [Impl::Mpi, Impl::RingsideShm];
 
     #[test]
     fn repeated_runs_are_kept_and_the_median_run_is_judged() {
         let mut r = Results::new();
         // One run in a slow phase of the machine must not decide the ratio.
         for us in [100.0, 900.0, 110.0] {
-            r.insert(Label::RingsideShm, rec(Label::RingsideShm, 2, 1 << 20, us));
+            r.insert(Impl::RingsideShm, rec(Impl::RingsideShm, 2, 1 << 20, us));
         }
         for us in [150.0, 140.0] {
-            r.insert(Label::Mpi, rec(Label::Mpi, 2, 1 << 20, us));
+            r.insert(Impl::Mpi, rec(Impl::Mpi, 2, 1 << 20, us));
         }
-        assert_eq!(r.runs(Label::RingsideShm, 1 << 20), 3);
+        assert_eq!(r.runs(Impl::RingsideShm, 1 << 20), 3);
         assert_eq!(r.len(), 5);
         assert_eq!(r.all().count(), 5);
-        assert_eq!(r.get(Label::RingsideShm, 1 << 20).unwrap().median_us, 110.0);
+        assert_eq!(r.get(Impl::RingsideShm, 1 << 20).unwrap().median_us, 110.0);
         // Even count: the lower of the middle two, a time a run measured.
-        assert_eq!(r.get(Label::Mpi, 1 << 20).unwrap().median_us, 140.0);
+        assert_eq!(r.get(Impl::Mpi, 1 << 20).unwrap().median_us, 140.0);
         assert_eq!(r.iter().count(), 2);
         let (cells, _) = ratios(&r, &SHM_MPI, 2, &[1 << 20]);
         assert!((cells[0].value - 140.0 / 110.0).abs() < 1e-9);
@@ -517,7 +517,7 @@ mod tests {
     #[test]
     fn missing_side_counts_as_unmeasured_only_where_judged() {
         let mut r = Results::new();
-        r.insert(Label::Mpi, rec(Label::Mpi, 2, 1 << 20, 100.0));
+        r.insert(Impl::Mpi, rec(Impl::Mpi, 2, 1 << 20, 100.0));
         let (cells, summary) = ratios(&r, &SHM_MPI, 2, &[64 << 10, 1 << 20]);
         assert!(cells.is_empty());
         assert_eq!(summary.unmeasured, vec![("shm/mpi bw", 1 << 20)]);
@@ -526,7 +526,7 @@ mod tests {
     #[test]
     fn targets_need_both_sides_selected() {
         let r = two_impls(2, 1 << 20, 80.0, 100.0);
-        let (cells, summary) = ratios(&r, &[Label::Mpi], 2, &[1 << 20]);
+        let (cells, summary) = ratios(&r, &[Impl::Mpi], 2, &[1 << 20]);
         assert!(cells.is_empty());
         assert!(summary.all_met());
     }
@@ -534,9 +534,9 @@ mod tests {
     #[test]
     fn tcp_targets_compare_against_gloo_ring() {
         let mut r = Results::new();
-        r.insert(Label::RingsideTcp, rec(Label::RingsideTcp, 2, 8, 20.0));
-        r.insert(Label::GlooRing, rec(Label::GlooRing, 2, 8, 100.0));
-        let imps = [Label::GlooRing, Label::RingsideTcp];
+        r.insert(Impl::RingsideTcp, rec(Impl::RingsideTcp, 2, 8, 20.0));
+        r.insert(Impl::GlooRing, rec(Impl::GlooRing, 2, 8, 100.0));
+        let imps = [Impl::GlooRing, Impl::RingsideTcp];
         let (cells, summary) = ratios(&r, &imps, 2, &[8]);
         assert_eq!(cells.len(), 2);
         assert_eq!(cells[0].target.name, "tcp/gloo bw");
@@ -550,10 +550,10 @@ mod tests {
     #[test]
     fn insert_labels_and_keeps_every_run() {
         let mut r = Results::new();
-        r.insert(Label::RingsideShm, rec(Label::Mpi, 2, 8, 5.0));
-        r.insert(Label::RingsideShm, rec(Label::Mpi, 2, 8, 4.0));
+        r.insert(Impl::RingsideShm, rec(Impl::Mpi, 2, 8, 5.0));
+        r.insert(Impl::RingsideShm, rec(Impl::Mpi, 2, 8, 4.0));
         assert_eq!(r.len(), 2);
-        let got = r.get(Label::RingsideShm, 8).unwrap();
+        let got = r.get(Impl::RingsideShm, 8).unwrap();
         assert_eq!(got.label, "ringside-shm");
         assert_eq!(got.median_us, 4.0);
     }
@@ -561,9 +561,9 @@ mod tests {
     #[test]
     fn tables_show_values_marks_and_gaps() {
         let mut r = two_impls(2, 1 << 20, 80.0, 100.0);
-        let mut bad = rec(Label::Mpi, 2, 8, 0.25);
+        let mut bad = rec(Impl::Mpi, 2, 8, 0.25);
         bad.wrong = 2;
-        r.insert(Label::Mpi, bad);
+        r.insert(Impl::Mpi, bad);
         let sizes = [8, 1 << 20];
         let t = results_table(&r, &SHM_MPI, &sizes);
         assert!(t.contains("ringside-shm"), "{t}");

@@ -1,18 +1,10 @@
-//! Message sizes: parsing `64M`-style flags and the sweep rule the peers use.
+//! Message sizes: the sweep rule the peers use (the flags parse with
+//! `collectives::job::parse_size`, as `ringside bench`'s do).
 
 use crate::{Error, Result};
 
 /// Bytes per element of the swept dtype (f32).
 pub const ELEM_BYTES: u64 = 4;
-
-/// Parses `8`, `4K`, `1M`, `2G` (powers of 1024, optional trailing `B`),
-/// the same syntax the C and C++ peers accept (`measure::size::parse_size`).
-pub fn parse_size(input: &str) -> Result<u64> {
-    measure::size::parse_size(input).map_err(|e| Error::BadSize {
-        input: e.input,
-        why: e.why,
-    })
-}
 
 /// Formats bytes for tables: `8 B`, `4 KiB`, `64 MiB`, `1.5 KiB`
 /// (`measure::size::fmt_bytes`).
@@ -85,22 +77,6 @@ impl Sweep {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parse_size_accepts_suffixes() {
-        assert_eq!(parse_size("8").unwrap(), 8);
-        assert_eq!(parse_size("4K").unwrap(), 4096);
-        assert_eq!(parse_size("64M").unwrap(), 64 << 20);
-        assert_eq!(parse_size("1GB").unwrap(), 1 << 30);
-        assert_eq!(parse_size("2m").unwrap(), 2 << 20);
-    }
-
-    #[test]
-    fn parse_size_rejects_garbage() {
-        for bad in ["", "M", "1.5M", "-1", "12X", "99999999999999999999"] {
-            assert!(parse_size(bad).is_err(), "{bad:?} parsed");
-        }
-    }
 
     #[test]
     fn format_size_picks_units() {

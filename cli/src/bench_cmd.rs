@@ -8,21 +8,20 @@
 //! it measured.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
 use collectives::bench::{self, Case, Combine, Measurement, Settings};
 use collectives::job::{self, ConnectArgs, SpawnArgs};
-use collectives::rendezvous::env::Rendezvous;
 use collectives::transport::TransportKind;
-use collectives::{Backend, Collective, Communicator, DType, ReduceOp};
+use collectives::{Backend, Collective, DType, ReduceOp};
 
-use crate::job::parse_size;
+use crate::label;
 use crate::progress;
-use crate::results::{Record, ResultsWriter};
 use crate::torch_peer::{self, PeerSweep, cuda_present};
+use collectives::job::{SizeArgs, parse_size};
 use measure::manifest;
+use measure::{Record, ResultsWriter};
 
 /// Flags follow nccl-tests where they overlap (`-b -e -f -i -n -w -c -o -d -r -a`).
 #[derive(Debug, Args)]
@@ -40,24 +39,11 @@ pub struct BenchArgs {
     /// reduce_scatter, all_to_all, gather, scatter, sendrecv), or all.
     #[arg(long, default_value = "all_reduce", value_delimiter = ',')]
     pub collective: Vec<String>,
-    /// Smallest size in bytes (K/M/G suffixes, powers of 1024).
-    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = parse_size)]
-    pub min_bytes: usize,
-    /// Largest size in bytes.
-    #[arg(short = 'e', long = "maxbytes", default_value = "64M", value_parser = parse_size)]
-    pub max_bytes: usize,
-    /// Multiply the size by this each step.
-    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
-    pub factor: usize,
+    #[command(flatten)]
+    pub sizes: SizeArgs,
     /// Add this many bytes each step instead of multiplying (when > 0).
     #[arg(short = 'i', long = "stepbytes", default_value = "0", value_parser = parse_size)]
     pub step: usize,
-    /// Timed iterations per size.
-    #[arg(short = 'n', long = "iters", default_value_t = 20)]
-    pub iters: usize,
-    /// Warm-up iterations per size.
-    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
-    pub warmup: usize,
     /// Check results (1) or not (0).
     #[arg(short = 'c', long = "check", default_value_t = 1)]
     pub check: u8,
@@ -123,77 +109,6 @@ pub fn parse_collectives(list: &[String]) -> anyhow::Result<Vec<Collective>> {
                 "unknown collective {name:?} (all_reduce, broadcast, reduce, all_gather, \
                  reduce_scatter, all_to_all, gather, scatter, sendrecv, all)"
             ),
-        }
-    }
-    out.dedup();
-    Ok(out)
-}
-
-/// What is measured: a backend (with its transport), named as the results
-/// file's `label` field and the charts' series (the `peers` runner's
-/// `Label` is the same idea for the programs it launches).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Label {
-    /// The name, e.g. `reference-shm` or `gloo`.
-    pub name: String,
-    /// The library.
-    pub backend: Backend,
-    /// The reference backend's transport.
-    pub transport: TransportKind,
-}
-
-/// Parses the `--backend` list.
-pub fn parse_labels(list: &[String], transport: TransportKind) -> anyhow::Result<Vec<Label>> {
-    let label = |name: &str, backend, transport| Label {
-        name: name.to_owned(),
-        backend,
-        transport,
-    };
-    let mut out = Vec::new();
-    for name in list {
-        match name.trim().to_ascii_lowercase().as_str() {
-            "all" => {
-                out.push(label(
-                    "reference-shm",
-                    Backend::Reference,
-                    TransportKind::Shm,
-                ));
-                out.push(label(
-                    "reference-tcp",
-                    Backend::Reference,
-                    TransportKind::Tcp,
-                ));
-                for b in [Backend::Gloo, Backend::Mpi, Backend::Nccl] {
-                    out.push(label(b.name(), b, TransportKind::Auto));
-                }
-            }
-            "reference-shm" | "ref-shm" => out.push(label(
-                "reference-shm",
-                Backend::Reference,
-                TransportKind::Shm,
-            )),
-            "reference-tcp" | "ref-tcp" => out.push(label(
-                "reference-tcp",
-                Backend::Reference,
-                TransportKind::Tcp,
-            )),
-            other => match Backend::parse(other) {
-                Some(Backend::Reference) => {
-                    let name = match transport {
-                        TransportKind::Auto => "reference".to_owned(),
-                        t => format!("reference-{}", t.name()),
-                    };
-                    out.push(Label {
-                        name,
-                        backend: Backend::Reference,
-                        transport,
-                    });
-                }
-                Some(b) => out.push(label(b.name(), b, TransportKind::Auto)),
-                None => bail!(
-                    "unknown backend {name:?} (reference, reference-shm, reference-tcp, gloo, mpi, nccl, all)"
-                ),
-            },
         }
     }
     out.dedup();
@@ -329,38 +244,24 @@ fn row(
     s
 }
 
-/// Connects a label's backend, or says why this job cannot run it.
-fn connect(
-    rdv: &Rendezvous,
-    label: &Label,
-    args: &ConnectArgs,
-    timeout: Duration,
-) -> Result<Box<dyn Communicator>, String> {
-    crate::job::launcher_ok(rdv, label.backend, " (mpirun -np N ringside bench ...)")?;
-    job::connect(
-        rdv,
-        label.backend,
-        label.transport,
-        args.algo,
-        timeout,
-        &format!("bench-{}/", label.name),
-    )
-    .map_err(crate::job::last_line)
-}
-
 pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
-    let labels = parse_labels(&args.backend, args.connect.transport)?;
+    let labels = label::parse(&args.backend, args.connect.transport)?;
     let collectives = parse_collectives(&args.collective)?;
     if let Some(p) = &args.peer
         && p != "torch"
     {
         bail!("unknown --peer {p:?} (torch)");
     }
-    if args.iters == 0 {
+    if args.sizes.iters == 0 {
         bail!("-n must be at least 1");
     }
     // Flags that would measure nothing fail here, before any rank starts.
-    let sizes = sizes(args.min_bytes, args.max_bytes, args.factor, args.step)?;
+    let sizes = sizes(
+        args.sizes.min_bytes,
+        args.sizes.max_bytes,
+        args.sizes.factor,
+        args.step,
+    )?;
     let timeout = args.connect.timeout()?;
     let rdv = match job::start_rank(args.spawn.nproc, timeout)? {
         Err(code) => return Ok(code),
@@ -406,8 +307,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     );
     results.write()?;
     let settings = Settings {
-        warmup: args.warmup,
-        iters: args.iters,
+        warmup: args.sizes.warmup,
+        iters: args.sizes.iters,
         check: args.check != 0,
         combine: args.combine,
     };
@@ -422,8 +323,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         args.dtype.name(),
         args.op.name(),
         args.root,
-        args.warmup,
-        args.iters
+        args.sizes.warmup,
+        args.sizes.iters
     ));
     say(&format!(
         "# time = median over iterations of the {} rank's time (-a {}); min/max over iterations; busbw = algbw x nccl-tests' factor",
@@ -437,7 +338,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     let mut wrong = 0i64;
     let mut ran_any = false;
     for label in &labels {
-        let comm = match connect(&rdv, label, &args.connect, timeout) {
+        let comm = match label.connect(
+            &rdv,
+            args.connect.algo,
+            timeout,
+            &format!("bench-{}/", label.name),
+            " (mpirun -np N ringside bench ...)",
+        ) {
             Ok(c) => c,
             Err(why) => {
                 say(&format!("#\n# {}: not available here: {why}", label.name));
@@ -518,11 +425,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         let sweep = PeerSweep {
             backend: torch_backend,
             collectives: &collectives,
-            min_bytes: args.min_bytes,
-            max_bytes: args.max_bytes,
-            factor: args.factor,
-            iters: args.iters,
-            warmup: args.warmup,
+            min_bytes: args.sizes.min_bytes,
+            max_bytes: args.sizes.max_bytes,
+            factor: args.sizes.factor,
+            iters: args.sizes.iters,
+            warmup: args.sizes.warmup,
             dtype: args.dtype,
             op: args.op,
             root: args.root,
@@ -625,10 +532,6 @@ mod tests {
 
     #[test]
     fn lists_parse() {
-        let l = parse_labels(&["all".into()], TransportKind::Auto).unwrap();
-        assert_eq!(l.len(), 5);
-        assert_eq!(l[0].name, "reference-shm");
-        assert!(parse_labels(&["nope".into()], TransportKind::Auto).is_err());
         let c = parse_collectives(&["allreduce".into(), "all_gather".into()]).unwrap();
         assert_eq!(c, vec![Collective::AllReduce, Collective::AllGather]);
         assert_eq!(parse_collectives(&["all".into()]).unwrap().len(), 9);

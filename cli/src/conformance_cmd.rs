@@ -6,8 +6,8 @@
 use clap::Args;
 use collectives::conformance::{self, SuiteConfig};
 
-use crate::job::{JobArgs, Joined};
 use crate::progress;
+use collectives::job::{JobArgs, Joined};
 
 #[derive(Debug, Args)]
 pub struct ConformanceArgs {

@@ -3,11 +3,10 @@
 
 mod bench_cmd;
 mod conformance_cmd;
-mod job;
+mod label;
 mod launch_cmd;
 mod progress;
 mod report_cmd;
-mod results;
 mod sweep;
 mod torch_peer;
 mod tour;

@@ -9,29 +9,16 @@ use collectives::Backend;
 use collectives::algorithms::Algo;
 use collectives::bench::{self, Measurement};
 
-use crate::job::{JobArgs, Joined, parse_size};
 use crate::progress;
+use collectives::job::{JobArgs, Joined, SizeArgs};
 
 /// Flags follow nccl-tests where they overlap.
 #[derive(Debug, Args)]
 pub struct SweepArgs {
     #[command(flatten)]
     pub job: JobArgs,
-    /// Smallest message (bytes; K/M/G suffixes).
-    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = parse_size)]
-    pub min_bytes: usize,
-    /// Largest message.
-    #[arg(short = 'e', long = "maxbytes", default_value = "64M", value_parser = parse_size)]
-    pub max_bytes: usize,
-    /// Multiply the size by this each step.
-    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
-    pub factor: usize,
-    /// Timed iterations per size.
-    #[arg(short = 'n', long = "iters", default_value_t = 20)]
-    pub iters: usize,
-    /// Warm-up iterations per size.
-    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
-    pub warmup: usize,
+    #[command(flatten)]
+    pub sizes: SizeArgs,
     /// Print one results-file record per size as a JSON line on stdout instead of
     /// the table (`bench --json FILE` writes a whole results file instead).
     #[arg(long)]
@@ -64,7 +51,11 @@ pub fn table_row(m: &Measurement) -> String {
 
 pub fn run(args: SweepArgs) -> anyhow::Result<i32> {
     // Flags that would measure nothing fail here, before any rank starts.
-    let sizes = bench::sizes(args.min_bytes.max(4), args.max_bytes, args.factor)?;
+    let sizes = bench::sizes(
+        args.sizes.min_bytes.max(4),
+        args.sizes.max_bytes,
+        args.sizes.factor,
+    )?;
     let Joined { rdv, comm, timeout } = match args.job.join("sweep/")? {
         Ok(j) => j,
         Err(code) => return Ok(code),
@@ -104,14 +95,14 @@ pub fn run(args: SweepArgs) -> anyhow::Result<i32> {
         println!(
             "# {name}: all_reduce f32 sum, in place, {} ranks; time = slowest rank per iteration, min/median/max over {} iterations (GB/s = 1e9 B/s)",
             comm.world_size(),
-            args.iters
+            args.sizes.iters
         );
         println!("{}", table_header());
     }
     let mut wrong = 0;
     for &bytes in &sizes {
         bar.set_message(measure::size::human(bytes as u64));
-        let m = bench::all_reduce_f32(comm.as_ref(), bytes, args.warmup, args.iters)?;
+        let m = bench::all_reduce_f32(comm.as_ref(), bytes, args.sizes.warmup, args.sizes.iters)?;
         wrong += m.wrong.unwrap_or(0);
         if lead {
             // With --jsonl, one results-file record per line: the `peers`

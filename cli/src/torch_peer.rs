@@ -13,7 +13,7 @@ use collectives::bench::{Combine, dtype_key};
 use collectives::rendezvous::env::Rendezvous;
 use collectives::{Collective, DType, ReduceOp};
 
-use crate::results::Record;
+use measure::Record;
 use measure::manifest;
 
 /// What the peer sweeps.
@@ -22,17 +22,17 @@ pub struct PeerSweep<'a> {
     pub backend: &'a str,
     /// Collectives to time.
     pub collectives: &'a [Collective],
-    /// Sizes: min, max, factor.
+    /// Smallest size in bytes.
     pub min_bytes: usize,
     /// Largest size.
     pub max_bytes: usize,
     /// Size factor.
     pub factor: usize,
-    /// Timed and warm-up iterations.
+    /// Timed iterations.
     pub iters: usize,
     /// Warm-up iterations.
     pub warmup: usize,
-    /// Element type, reduction, root.
+    /// Element type.
     pub dtype: DType,
     /// Reduction.
     pub op: ReduceOp,

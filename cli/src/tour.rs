@@ -11,23 +11,23 @@ use clap::Args;
 use collectives::algorithms::Algo;
 use collectives::bench::{self, Combine, Measurement};
 use collectives::conformance::{self, SuiteConfig};
+use collectives::job::{SpawnArgs, TimeoutArgs};
 use collectives::rendezvous::env::Rendezvous;
 use collectives::transport::TransportKind;
-use collectives::{Backend, Collective, Communicator, DType, ReduceOp};
+use collectives::{Collective, Communicator, DType, ReduceOp};
 
-use crate::job;
+use crate::label::{self, Label};
 use crate::progress;
-use crate::results::ResultsWriter;
 use crate::torch_peer::{self, PeerSweep};
+use measure::ResultsWriter;
 use measure::manifest;
 
 #[derive(Debug, Args)]
 pub struct TourArgs {
-    /// Local ranks to spawn (ignored under a launcher such as mpirun).
-    #[arg(long, default_value_t = 2)]
-    pub nproc: usize,
+    #[command(flatten)]
+    pub spawn: SpawnArgs,
     /// Largest all_reduce in the sweep.
-    #[arg(long, default_value = "64M", value_parser = job::parse_size)]
+    #[arg(long, default_value = "64M", value_parser = collectives::job::parse_size)]
     pub max_bytes: usize,
     /// Where results and the report go (default: results/<UTC time>/).
     #[arg(long)]
@@ -46,54 +46,9 @@ pub struct TourArgs {
     /// rounds often enough to leave a 4 ms point in its curve.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: u32,
-    /// Seconds any single wait may take.
-    #[arg(long, default_value_t = 60.0)]
-    pub timeout: f64,
+    #[command(flatten)]
+    pub wait: TimeoutArgs,
 }
-
-/// What the tour measures: a backend (and, for the reference backend, a
-/// transport), as `ringside bench`'s `Label`.
-struct Label {
-    /// The tour's column heading.
-    column: &'static str,
-    /// The `label` in results files and reports.
-    name: &'static str,
-    backend: Backend,
-    transport: TransportKind,
-}
-
-const LABELS: [Label; 5] = [
-    Label {
-        column: "ref-shm",
-        name: "reference-shm",
-        backend: Backend::Reference,
-        transport: TransportKind::Shm,
-    },
-    Label {
-        column: "ref-tcp",
-        name: "reference-tcp",
-        backend: Backend::Reference,
-        transport: TransportKind::Tcp,
-    },
-    Label {
-        column: "gloo",
-        name: "gloo",
-        backend: Backend::Gloo,
-        transport: TransportKind::Auto,
-    },
-    Label {
-        column: "mpi",
-        name: "mpi",
-        backend: Backend::Mpi,
-        transport: TransportKind::Auto,
-    },
-    Label {
-        column: "nccl",
-        name: "nccl",
-        backend: Backend::Nccl,
-        transport: TransportKind::Auto,
-    },
-];
 
 /// A label's communicator, or why this job cannot have one.
 type LabelComm = Result<Box<dyn Communicator>, String>;
@@ -102,25 +57,19 @@ type LabelComm = Result<Box<dyn Communicator>, String>;
 /// it. Each round rendezvouses under its own store prefix: keys a finished
 /// round left behind must not answer the next round's connection.
 fn connect_label(rdv: &Rendezvous, label: &Label, round: u32, timeout: Duration) -> LabelComm {
-    job::launcher_ok(
+    label.connect(
         rdv,
-        label.backend,
-        ": mpirun -np 2 target/release/ringside tour",
-    )?;
-    collectives::job::connect(
-        rdv,
-        label.backend,
-        label.transport,
         Algo::Auto,
         timeout,
-        &format!("tour-{}/round-{round}/", label.column),
+        &format!("tour-{}/round-{round}/", label.column()),
+        ": mpirun -np 2 target/release/ringside tour",
     )
-    .map_err(job::last_line)
 }
 
 pub fn run(args: TourArgs) -> anyhow::Result<i32> {
-    let timeout = Duration::try_from_secs_f64(args.timeout)?;
-    let rdv = match collectives::job::start_rank(args.nproc, timeout)? {
+    let timeout = args.wait.timeout()?;
+    let labels = label::parse(&["all".into()], TransportKind::Auto)?;
+    let rdv = match collectives::job::start_rank(args.spawn.nproc, timeout)? {
         Err(code) => return Ok(code),
         Ok(r) => r,
     };
@@ -164,26 +113,32 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
     // transport) would otherwise share the cores with the one being timed.
     // Round 1 checks and times each label; later rounds only time, so the
     // same label's rounds lie a whole cycle of the others apart.
-    // Per label (in LABELS' order): its rounds, or None while unavailable.
-    let mut rounds_of: Vec<Option<Vec<Vec<Measurement>>>> = vec![None; LABELS.len()];
+    // Per label (in `labels`' order): its rounds, or None while unavailable.
+    let mut rounds_of: Vec<Option<Vec<Vec<Measurement>>>> = vec![None; labels.len()];
     for round in 1..=args.repeat {
         let first = round == 1;
-        for (label, rounds) in LABELS.iter().zip(rounds_of.iter_mut()) {
+        for (label, rounds) in labels.iter().zip(rounds_of.iter_mut()) {
             if !first && rounds.is_none() {
                 continue; // not available: said so in round 1
             }
             let comm = match connect_label(&rdv, label, round, timeout) {
                 Ok(c) => c,
                 Err(why) if first => {
-                    say(format!("   {:>7}: not available here: {why}", label.column));
+                    say(format!(
+                        "   {:>7}: not available here: {why}",
+                        label.column()
+                    ));
                     continue;
                 }
                 Err(why) => {
-                    anyhow::bail!("{} failed to connect in round {round}: {why}", label.column)
+                    anyhow::bail!(
+                        "{} failed to connect in round {round}: {why}",
+                        label.column()
+                    )
                 }
             };
             let bar = progress::bar(lead, None, "   {spinner} {prefix}: {pos} cases {msg}")?;
-            bar.set_prefix(label.column);
+            bar.set_prefix(label.column());
             let checked = if first {
                 let started = Instant::now();
                 let report =
@@ -192,7 +147,7 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
                         bar.set_message(name.to_owned());
                     })?;
                 for f in &report.failures {
-                    eprintln!("FAIL ({}) {f}", label.column);
+                    eprintln!("FAIL ({}) {f}", label.column());
                 }
                 failed += report.failures.len();
                 Some((report, started.elapsed().as_secs_f64() * 1e3))
@@ -210,7 +165,7 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
             if let Some((report, checked_ms)) = checked {
                 say(format!(
                     "   {:>7}: {} cases, {} wrong, {} not supported by the library, {:.0} ms",
-                    label.column,
+                    label.column(),
                     report.cases,
                     report.failures.len(),
                     report.unsupported.len(),
@@ -221,14 +176,14 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         }
     }
     let mut swept: Vec<(&Label, Vec<Measurement>)> = Vec::new();
-    for (label, rounds) in LABELS.iter().zip(&rounds_of) {
+    for (label, rounds) in labels.iter().zip(&rounds_of) {
         let Some(rounds) = rounds else { continue };
         let row: Vec<Measurement> = median_rounds(rounds, |m| m.bytes as u64, |m| m.median_us)
             .into_iter()
             .cloned()
             .collect();
         for m in &row {
-            results.push(m.to_record(label.name, label.backend.name(), "auto"))?;
+            results.push(m.to_record(&label.name, label.backend.name(), "auto"))?;
         }
         swept.push((label, row));
     }
@@ -246,7 +201,7 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
     for (label, _) in &swept {
         header.push_str(&format!(
             " {:>9} {:>7} |",
-            format!("{} us", label.column),
+            format!("{} us", label.column()),
             "busbw"
         ));
     }

@@ -37,6 +37,7 @@ pub mod element;
 pub mod error;
 pub mod job;
 pub mod launch;
+pub mod plug_check;
 pub mod rendezvous;
 mod sys;
 pub mod testing;

@@ -17,6 +17,7 @@
 #![deny(missing_docs)]
 
 pub mod build_script;
+pub mod busbw;
 mod collective;
 mod error;
 mod figure;
@@ -26,7 +27,8 @@ mod runs;
 pub mod size;
 mod writer;
 
-pub use collective::{Collective, busbw_factor};
+pub use busbw::busbw_factor;
+pub use collective::Collective;
 pub use error::{Error, Result};
 pub use figure::{Figure, FigureKind, FigureSeries};
 pub use record::{FORMAT, Record, ResultsFile, parse_line, parse_results, read_results};

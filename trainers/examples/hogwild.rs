@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Parser;
-use trainers::hogwild::{self, HogwildConfig, Launcher, Sharing};
+use trainers::hogwild::{self, HogwildConfig, Sharing, WorkerProgram};
 
 /// Starts N worker processes that train a shared MLP lock-free, then reports what
 /// each did and the loss of the shared parameters before and after.
@@ -50,7 +50,7 @@ fn main() -> Result<()> {
         timeout: Duration::from_secs(args.timeout),
         ..Default::default()
     };
-    let report = hogwild::run(&config, &Launcher::current_exe()?)?;
+    let report = hogwild::run(&config, &WorkerProgram::current_exe()?)?;
     for path in &report.stale_removed {
         println!("removed stale {}", path.display());
     }

@@ -6,9 +6,9 @@
 use anyhow::{Result, bail};
 use clap::Parser;
 use tch::nn;
-use trainers::data_parallel::cross_entropy;
 use trainers::models::{self, MlpConfig};
 use trainers::pipeline::{self, Pipeline, StepReport};
+use trainers::train::cross_entropy;
 
 /// Trains an MLP cut into equal stages (stage 0 on the CPU and the rest on the GPU
 /// when there is one, else every stage on the CPU, each in its own thread) with each

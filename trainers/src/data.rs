@@ -159,6 +159,24 @@ impl Dataset {
         Ok(Dataset { images, labels })
     }
 
+    /// Rows `start..start + n` as `(images, labels)`, sharing storage: a check's
+    /// batch for one rank and step. Fewer rows than that is an error naming both
+    /// counts (a narrow past the end would be a libtorch error about dimensions).
+    pub fn rows(&self, start: usize, n: usize) -> Result<(Tensor, Tensor)> {
+        if self.len() < start + n {
+            return Err(Error::InvalidArgument(format!(
+                "the data has {} rows; this batch needs rows {start}..{}",
+                self.len(),
+                start + n
+            )));
+        }
+        let (start, n) = (start as i64, n as i64);
+        Ok((
+            self.images.f_narrow(0, start, n)?,
+            self.labels.f_narrow(0, start, n)?,
+        ))
+    }
+
     /// The first `n` examples (all of them if there are fewer), sharing storage.
     pub fn head(&self, n: usize) -> Result<Dataset> {
         let n = n.min(self.len()) as i64;

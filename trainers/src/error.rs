@@ -67,6 +67,10 @@ pub enum Error {
     /// A model could not be built or split as asked (unknown or misordered split names).
     #[error("model: {0}")]
     Model(String),
+    /// A parameter or result holds NaN or an infinity where a check compares
+    /// numbers (see [`crate::parity`]).
+    #[error("non-finite value: {0}")]
+    NonFinite(String),
     /// A pipeline schedule is incomplete or deadlocks, or a pipeline's result is not
     /// the unsplit model's (`pipeline::plan`, `pipeline::check`).
     #[error("pipeline: {0}")]

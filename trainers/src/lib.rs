@@ -29,6 +29,7 @@
 //!   the ranks of a group, one all-reduce each way, checked against the unsplit model.
 #![deny(missing_docs)]
 
+pub mod autograd;
 pub mod bucket;
 pub mod checkpoint;
 pub mod comm;
@@ -42,11 +43,14 @@ pub mod lr;
 pub mod metrics;
 pub mod models;
 pub mod optim;
+pub mod parity;
 pub mod pipeline;
 pub mod sampler;
 pub mod seed;
 pub mod sync_bn;
 pub mod tensor_parallel;
+pub mod thread_ranks;
+pub mod threads;
 pub mod timeline;
 pub mod traffic;
 pub mod train;

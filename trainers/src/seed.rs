@@ -1,6 +1,6 @@
-//! Drawing from libtorch's random generator, which is one per process: thread
-//! ranks that must start from the same weights seed it and draw, and nothing
-//! else in the process may draw in between. Every such draw in this crate
+//! Drawing from libtorch's random generator, which is one per process: each
+//! thread rank that must draw its starting weights from a seed seeds the
+//! generator and draws, and nothing else in the process may draw in between. Every such draw in this crate
 //! goes through [`seeded`], under one lock. (Each check once had its own
 //! lock; they did not exclude each other, and a SyncBN check running beside a
 //! parameter-server test in one test binary started its ranks from different

@@ -41,6 +41,12 @@ pub mod baseline;
 pub mod phases;
 pub mod step;
 
+/// A loss that *averages* over the batch: `(outputs, targets) -> scalar`.
+///
+/// The parallel trainers rely on the average: it is what makes the sum of the pieces'
+/// gradients equal to the whole batch's gradient.
+pub type LossFn = fn(&Tensor, &Tensor) -> Result<Tensor>;
+
 /// Mean cross-entropy of `logits` `[N, C]` against class `labels` `[N]` (the loss to
 /// call `backward` on): `F.cross_entropy(logits, labels)`.
 pub fn cross_entropy(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {

@@ -15,6 +15,7 @@ use tch::{Device, Kind, Tensor};
 use trainers::data::{self, Dataset};
 use trainers::ddp::{self, Ddp, DdpOptions, StageSplit, Standard};
 use trainers::models;
+use trainers::parity::{self, snapshot};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -32,38 +33,36 @@ fn with_ranks<T: Send>(
 
 /// The named parameters of a freshly seeded CNN: the common starting point.
 fn initial_cnn() -> Vec<(String, Tensor)> {
-    tch::manual_seed(1234);
-    let vs = nn::VarStore::new(Device::Cpu);
-    let _ = models::cnn().build(&vs.root());
-    snapshot(&vs)
+    trainers::seed::seeded(1234, || {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let _ = models::cnn().build(&vs.root());
+        snapshot(&vs)
+    })
 }
 
 fn load(vs: &nn::VarStore, params: &[(String, Tensor)]) {
-    let vars = vs.variables();
-    tch::no_grad(|| {
-        for (n, t) in params {
-            vars[n].shallow_clone().copy_(t);
-        }
-    });
-}
-
-fn snapshot(vs: &nn::VarStore) -> Vec<(String, Tensor)> {
-    ddp::check::snapshot(vs)
+    parity::load(vs, params).unwrap()
 }
 
 fn max_diff(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> f64 {
-    ddp::check::max_diff(a, b).unwrap()
+    parity::max_diff(a, b).unwrap()
 }
 
-/// [`with_ranks`] with `body(rank, comm, data)`: each rank gets its own handle
-/// on `data` (a `Tensor` is `Send` but not `Sync`).
+/// `body(rank, comm, data)` on `world` thread ranks, each with its own handle
+/// on `data`; the results in rank order.
 fn with_data_ranks<T: Send>(
     world: usize,
     data: &Dataset,
     body: impl Fn(usize, Box<dyn Communicator>, Dataset) -> T + Sync,
 ) -> Vec<T> {
-    let shared = handles(data, world);
-    with_ranks(world, |rank, comm| body(rank, comm, take(&shared, rank)))
+    tch::set_num_threads(1);
+    trainers::thread_ranks::with_data_ranks(world, data, TIMEOUT, |rank, comm, data| {
+        Ok(body(rank, comm, data))
+    })
+    .unwrap()
+    .into_iter()
+    .map(Result::unwrap)
+    .collect()
 }
 
 /// The `--json` summary line of a `ringside-train` run that must have succeeded.
@@ -76,15 +75,6 @@ fn summary(out: &std::process::Output) -> serde_json::Value {
     );
     let line = stdout.lines().find(|l| l.starts_with('{')).unwrap();
     serde_json::from_str(line).unwrap()
-}
-
-/// One handle per rank on the same data.
-fn handles(data: &Dataset, world: usize) -> Mutex<Vec<Option<Dataset>>> {
-    Mutex::new((0..world).map(|_| Some(data.shallow_clone())).collect())
-}
-
-fn take(handles: &Mutex<Vec<Option<Dataset>>>, rank: usize) -> Dataset {
-    handles.lock().unwrap()[rank].take().unwrap()
 }
 
 /// Rows `from..from+n` of the data set.

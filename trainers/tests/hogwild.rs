@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use trainers::hogwild::{self, HogwildConfig, KillWorker, Launcher, Reference, Sharing};
+use trainers::hogwild::{self, HogwildConfig, KillWorker, Reference, Sharing, WorkerProgram};
 
 /// The worker's entry point. Run by the parent of the other tests; a no-op otherwise.
 #[test]
@@ -15,8 +15,8 @@ fn hogwild_worker() {
     }
 }
 
-fn launcher() -> Launcher {
-    Launcher::current_exe_with([
+fn launcher() -> WorkerProgram {
+    WorkerProgram::current_exe_with([
         "hogwild_worker",
         "--exact",
         "--nocapture",
@@ -151,7 +151,7 @@ fn stale_files_of_dead_owners_are_removed() {
 #[test]
 fn a_program_that_is_not_a_worker_fails_clearly() {
     // `false` ignores the environment and fails without attaching.
-    let l = Launcher {
+    let l = WorkerProgram {
         program: "false".into(),
         args: vec![],
     };

@@ -11,6 +11,7 @@
 //! The aliases live in `.cargo/config.toml`.
 
 mod book;
+mod cargo;
 mod labs;
 mod setup;
 mod steps;
@@ -114,7 +115,7 @@ fn run(cli: Cli) -> Result<()> {
             // `cargo lab` builds them: a lab's first run after the tour then
             // compiles nothing (selecting one package would resolve features
             // differently and recompile the shared dependencies).
-            let mut build = steps::cargo(&root);
+            let mut build = cargo::cargo(&root);
             build.args(["build", "--release", "--workspace", "--bin", "ringside"]);
             for lab in labs::info::load(&root)? {
                 build.args(["--bin", &lab.package()]);

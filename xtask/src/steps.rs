@@ -2,10 +2,10 @@
 //!
 //! To add a check, add a [`Step`] to [`TEST_STEPS`]; `.ci/run` picks it up.
 
+use crate::cargo::cargo;
 use crate::ui;
 use anyhow::{Result, bail};
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// What a step does.
@@ -64,13 +64,6 @@ pub const TEST_STEPS: &[Step] = &[
         ]),
     },
 ];
-
-/// `cargo` as the toolchain running us ($CARGO), in the repository root.
-pub fn cargo(root: &Path) -> Command {
-    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    cmd.current_dir(root);
-    cmd
-}
 
 /// Prints the step names.
 pub fn list() {

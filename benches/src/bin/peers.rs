@@ -18,10 +18,11 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use collectives::job::SizeArgs;
 use ringside_benches::memcpy;
 use ringside_benches::report::{self, Results};
-use ringside_benches::sizes::{format_size, parse_size};
-use ringside_benches::{Label, Sweep, child};
+use ringside_benches::sizes::format_size;
+use ringside_benches::{Impl, Sweep, child};
 
 /// Compare ringside's all_reduce with OpenMPI and Gloo, in the same run.
 ///
@@ -37,22 +38,10 @@ struct Args {
     /// Number of ranks (processes) per implementation.
     #[arg(long, default_value_t = 2)]
     world: usize,
-    /// Smallest message (bytes; K/M/G suffixes are powers of 1024).
-    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = size_arg)]
-    min_bytes: u64,
-    /// Largest message.
-    #[arg(short = 'e', long = "maxbytes", default_value = "64M", value_parser = size_arg)]
-    max_bytes: u64,
-    /// Size multiplier between steps. The default 2 hits every size the
-    /// targets name (4 KiB, 1, 4, 64 MiB); 4 from 8 B would skip them.
-    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
-    factor: u64,
-    /// Timed iterations per size.
-    #[arg(short = 'n', long, default_value_t = 50)]
-    iters: u32,
-    /// Warm-up iterations per size (not timed).
-    #[arg(short = 'w', long, default_value_t = 5)]
-    warmup: u32,
+    /// `-b -e -f -n -w`. The default -f 2 hits every size the targets name
+    /// (4 KiB, 1, 4, 64 MiB); 4 from 8 B would skip them.
+    #[command(flatten)]
+    sizes: SizeArgs<50>,
     /// Implementations to run, comma-separated (the possible values are listed
     /// below: the libraries called directly, then ringside's backends).
     #[arg(
@@ -60,7 +49,7 @@ struct Args {
         default_value = "mpi,gloo-ring,ringside-shm,ringside-tcp",
         long_help = format!(
             "Implementations to run, comma-separated. One of: {}",
-            ringside_benches::labels::Label::names()
+            ringside_benches::impls::Impl::names()
         )
     )]
     impls: String,
@@ -98,10 +87,6 @@ struct Args {
     dry_run: bool,
 }
 
-fn size_arg(s: &str) -> Result<u64, String> {
-    parse_size(s).map_err(|e| e.to_string())
-}
-
 /// One implementation, ready to launch or explained away.
 enum Plan {
     Run(Vec<Command>, Option<tempfile::TempDir>),
@@ -121,11 +106,11 @@ fn main() -> ExitCode {
 fn real_main() -> Result<ExitCode> {
     let args = Args::parse();
     let sweep = Sweep {
-        min_bytes: args.min_bytes,
-        max_bytes: args.max_bytes,
-        factor: args.factor,
-        iters: args.iters,
-        warmup: args.warmup,
+        min_bytes: args.sizes.min_bytes as u64,
+        max_bytes: args.sizes.max_bytes as u64,
+        factor: args.sizes.factor as u64,
+        iters: u32::try_from(args.sizes.iters).context("-n is too large")?,
+        warmup: u32::try_from(args.sizes.warmup).context("-w is too large")?,
     };
     sweep.validate()?;
     if args.world < 2 {
@@ -134,7 +119,7 @@ fn real_main() -> Result<ExitCode> {
     if args.timeout == 0 {
         bail!("--timeout must be at least 1 second");
     }
-    let impls = Label::parse_list(&args.impls)?;
+    let impls = Impl::parse_list(&args.impls)?;
     let sizes = sweep.sizes();
     // Children run in their own process groups (so a timeout can kill all
     // they spawned); that also keeps Ctrl-C from reaching them, so pass it on.
@@ -277,7 +262,7 @@ fn real_main() -> Result<ExitCode> {
     println!(
         "all_reduce f32 sum, world {}, {} iters (+{} warm-up) per size; \
          time = slowest rank per iteration, median over iterations",
-        args.world, args.iters, args.warmup
+        args.world, args.sizes.iters, args.sizes.warmup
     );
     if args.repeat > 1 {
         println!(
@@ -357,10 +342,10 @@ fn real_main() -> Result<ExitCode> {
 /// ringside-shm ran at world 2, prints it beside ringside-shm's busbw, and
 /// judges the share at [`memcpy::JUDGED_AT`]: `Some(met)`, or `None` where it
 /// does not apply.
-fn copy_bound(results: &Results, impls: &[Label], sizes: &[u64], args: &Args) -> Option<bool> {
+fn copy_bound(results: &Results, impls: &[Impl], sizes: &[u64], args: &Args) -> Option<bool> {
     // At world 2 busbw is what one rank moves; other worlds have no such
     // simple bound.
-    if args.world != 2 || !impls.contains(&Label::RingsideShm) {
+    if args.world != 2 || !impls.contains(&Impl::RingsideShm) {
         return None;
     }
     let big: Vec<u64> = sizes.iter().copied().filter(|&b| b >= 1 << 20).collect();
@@ -370,7 +355,7 @@ fn copy_bound(results: &Results, impls: &[Label], sizes: &[u64], args: &Args) ->
     println!();
     println!(
         "copy bound: one core's memcpy of the same bytes, measured now ({} iters, median)",
-        args.iters
+        args.sizes.iters
     );
     println!(
         "{:>10} {:>12} {:>14} {:>8}",
@@ -378,8 +363,11 @@ fn copy_bound(results: &Results, impls: &[Label], sizes: &[u64], args: &Args) ->
     );
     let mut judged = None;
     for bytes in big {
-        let copy = memcpy::measure(bytes, args.iters, args.warmup);
-        let ours = results.get(Label::RingsideShm, bytes);
+        // Both were checked to fit a u32 when the sweep was built.
+        let iters = u32::try_from(args.sizes.iters).unwrap_or(u32::MAX);
+        let warmup = u32::try_from(args.sizes.warmup).unwrap_or(u32::MAX);
+        let copy = memcpy::measure(bytes, iters, warmup);
+        let ours = results.get(Impl::RingsideShm, bytes);
         let busbw = ours.map(|r| r.computed_busbw());
         let share = busbw.map(|b| b / copy.gbps());
         let mut verdict = "";
@@ -422,11 +410,11 @@ fn sweep_flags(sweep: &Sweep) -> Vec<String> {
     ]
 }
 
-fn plan(imp: Label, args: &Args, sweep: &Sweep) -> Result<Plan> {
-    if imp == Label::Mpi {
+fn plan(imp: Impl, args: &Args, sweep: &Sweep) -> Result<Plan> {
+    if imp == Impl::Mpi {
         return Ok(plan_mpi(args, sweep));
     }
-    if imp == Label::RingsideMpi {
+    if imp == Impl::RingsideMpi {
         return plan_ringside_mpi(args, sweep);
     }
     if let Some(algo) = imp.gloo_algorithm() {
@@ -436,10 +424,10 @@ fn plan(imp: Label, args: &Args, sweep: &Sweep) -> Result<Plan> {
         let mut plan = plan_ringside(select, args, sweep);
         if let Plan::Run(cmds, _) = &mut plan {
             for cmd in cmds {
-                // Set or cleared, so the caller's environment cannot pick
-                // another algorithm than the name promises.
-                cmd.env_remove("RINGSIDE_GLOO_ALGO")
-                    .envs(imp.ringside_env().iter().copied());
+                // Cleared, so the caller's environment cannot pick another
+                // algorithm than the name promises (for `ringside-shm`, whose
+                // Gloo is not involved, it is harmless).
+                cmd.env_remove("RINGSIDE_GLOO_ALGO");
             }
         }
         return Ok(plan);

@@ -4,7 +4,6 @@
 
 pub mod conformance;
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -42,11 +41,7 @@ pub fn alive(pid: u32) -> bool {
 /// A port nobody is listening on, for ringside's rendezvous store (rank 0
 /// binds `MASTER_PORT`, 29500 by default, which other jobs may hold).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    collectives::launch::free_port().unwrap()
 }
 
 /// `cmd` with a clean launcher environment (no inherited RANK & co.), a free

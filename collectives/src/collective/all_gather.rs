@@ -6,7 +6,8 @@ use super::expected::{Case, Checked};
 use crate::error::Result;
 use crate::{Collective, Communicator};
 
-/// all_gather's descriptor.
+/// all_gather for the harness and the conformance suite: S / n elements in
+/// from each rank, all S out on every rank; no reduction, no root.
 pub const DESCRIPTOR: Descriptor = Descriptor {
     collective: Collective::AllGather,
     reducing: false,

@@ -7,7 +7,8 @@ use crate::aligned::Aligned;
 use crate::error::Result;
 use crate::{Collective, Communicator};
 
-/// all_reduce's descriptor.
+/// all_reduce for the harness and the conformance suite: S elements in and
+/// out on every rank, reduced by the op; in place allowed, no root.
 pub const DESCRIPTOR: Descriptor = Descriptor {
     collective: Collective::AllReduce,
     reducing: true,

@@ -7,7 +7,9 @@ use crate::aligned::Aligned;
 use crate::error::Result;
 use crate::{Collective, Communicator};
 
-/// all_to_all's descriptor.
+/// all_to_all for the harness and the conformance suite: S elements in and
+/// out on every rank, block j of rank i's input landing as block i of rank
+/// j's output; no reduction, no root.
 pub const DESCRIPTOR: Descriptor = Descriptor {
     collective: Collective::AllToAll,
     reducing: false,

@@ -6,7 +6,8 @@ use super::expected::{Case, Checked};
 use crate::error::Result;
 use crate::{Collective, Communicator};
 
-/// barrier's descriptor.
+/// barrier for the harness and the conformance suite: no payload; every
+/// rank leaves only after all have entered.
 pub const DESCRIPTOR: Descriptor = Descriptor {
     collective: Collective::Barrier,
     reducing: false,

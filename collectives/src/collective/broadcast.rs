@@ -7,7 +7,8 @@ use crate::aligned::Aligned;
 use crate::error::Result;
 use crate::{Collective, Communicator};
 
-/// broadcast's descriptor.
+/// broadcast for the harness and the conformance suite: the root's S
+/// elements land on every rank; in place allowed.
 pub const DESCRIPTOR: Descriptor = Descriptor {
     collective: Collective::Broadcast,
     reducing: false,

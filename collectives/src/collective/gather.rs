@@ -6,7 +6,8 @@ use super::expected::{Case, Checked};
 use crate::error::Result;
 use crate::{Collective, Communicator};
 
-/// gather's descriptor.
+/// gather for the harness and the conformance suite: S / n elements in from
+/// each rank, all S out on the root only.
 pub const DESCRIPTOR: Descriptor = Descriptor {
     collective: Collective::Gather,
     reducing: false,

@@ -7,7 +7,8 @@ use crate::aligned::Aligned;
 use crate::error::Result;
 use crate::{Collective, Communicator};
 
-/// reduce's descriptor.
+/// reduce for the harness and the conformance suite: S elements in on every
+/// rank, their reduction out on the root only.
 pub const DESCRIPTOR: Descriptor = Descriptor {
     collective: Collective::Reduce,
     reducing: true,

@@ -6,7 +6,8 @@ use super::expected::{Case, Checked};
 use crate::error::Result;
 use crate::{Collective, Communicator};
 
-/// reduce_scatter's descriptor.
+/// reduce_scatter for the harness and the conformance suite: S elements in on
+/// every rank, block r of their reduction (S / n) out on rank r; no root.
 pub const DESCRIPTOR: Descriptor = Descriptor {
     collective: Collective::ReduceScatter,
     reducing: true,

@@ -6,7 +6,8 @@ use super::expected::{Case, Checked};
 use crate::error::Result;
 use crate::{Collective, Communicator};
 
-/// scatter's descriptor.
+/// scatter for the harness and the conformance suite: the root's S elements
+/// in, block r (S / n) out on rank r.
 pub const DESCRIPTOR: Descriptor = Descriptor {
     collective: Collective::Scatter,
     reducing: false,

@@ -9,7 +9,8 @@ use crate::element::ReduceOp;
 use crate::error::{Error, Result};
 use crate::{Buffer, BufferMut, Collective, Communicator, Input};
 
-/// send/recv's descriptor.
+/// send/recv for the harness and the conformance suite: each rank sends S
+/// elements to its right neighbour and receives S from its left.
 pub const DESCRIPTOR: Descriptor = Descriptor {
     collective: Collective::SendRecv,
     reducing: false,

@@ -25,7 +25,8 @@
 //! (`RINGSIDE_TRANSPORT`, `RINGSIDE_ALGO`, `RINGSIDE_TIMEOUT`, as
 //! [`Options::new`](crate::backends::Options::new) reads them), which the flags
 //! override. Gloo's algorithm also has its own, `RINGSIDE_GLOO_ALGO`, which
-//! wins over `--algo` (see [`crate::backends::gloo`]).
+//! applies where no algorithm was asked for (`--algo auto`; see
+//! [`crate::backends::gloo`]).
 //!
 //! The values parse with each type's own `parse` (so `ref`, `hd` or
 //! `ring_chunked` work as they do in the environment forms), not with clap's
@@ -48,6 +49,22 @@ pub struct SpawnArgs<const NPROC: usize = 2> {
     pub nproc: usize,
 }
 
+/// `--timeout`: how long any single wait may take, in every program that
+/// runs ranks (also those that connect several backends in turn, as the tour).
+#[derive(Clone, Debug, clap::Args)]
+pub struct TimeoutArgs {
+    /// Seconds any single wait may take.
+    #[arg(long, default_value_t = 120.0, env = "RINGSIDE_TIMEOUT")]
+    pub timeout: f64,
+}
+
+impl TimeoutArgs {
+    /// `--timeout` as a duration.
+    pub fn timeout(&self) -> Result<Duration, JoinError> {
+        Duration::try_from_secs_f64(self.timeout).map_err(JoinError::Timeout)
+    }
+}
+
 /// How a communicator connects: `--transport`, `--algo`, `--timeout`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct ConnectArgs {
@@ -59,9 +76,48 @@ pub struct ConnectArgs {
     /// bcube (Gloo; others mean auto).
     #[arg(long, default_value = "auto", env = "RINGSIDE_ALGO", value_parser = parse_algo)]
     pub algo: Algo,
-    /// Seconds any single wait may take.
-    #[arg(long, default_value_t = 120.0, env = "RINGSIDE_TIMEOUT")]
-    pub timeout: f64,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub wait: TimeoutArgs,
+}
+
+/// nccl-tests' size and iteration flags, `-b -e -f -n -w`, for every program
+/// that sweeps sizes (`ringside bench`, `ringside sweep`, the `peers` runner);
+/// `ITERS` is its default `-n`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct SizeArgs<const ITERS: usize = 20> {
+    /// Smallest message (bytes; K/M/G suffixes are powers of 1024).
+    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = parse_size)]
+    pub min_bytes: usize,
+    /// Largest message.
+    #[arg(short = 'e', long = "maxbytes", default_value = "64M", value_parser = parse_size)]
+    pub max_bytes: usize,
+    /// Multiply the size by this each step.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
+    pub factor: usize,
+    /// Timed iterations per size.
+    #[arg(short = 'n', long = "iters", default_value_t = ITERS)]
+    pub iters: usize,
+    /// Warm-up iterations per size (not timed).
+    #[arg(
+        short = 'w',
+        long = "warmup_iters",
+        alias = "warmup",
+        default_value_t = 5
+    )]
+    pub warmup: usize,
+}
+
+/// Parses `8`, `4K`, `1M`, `64MiB`, `1G` into bytes (powers of 1024, as
+/// nccl-tests; the one size syntax is `measure::size::parse_size`).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let n = measure::size::parse_size(s).map_err(|e| {
+        format!(
+            "{s:?} is not a size: {} (examples: 8, 4K, 1M, 64MiB)",
+            e.why
+        )
+    })?;
+    usize::try_from(n).map_err(|_| format!("{s:?} is not a size: number too large"))
 }
 
 /// The flags every rank-running program shares; `NPROC` is its default `--nproc`.
@@ -91,7 +147,7 @@ pub struct Joined {
 impl ConnectArgs {
     /// `--timeout` as a duration.
     pub fn timeout(&self) -> Result<Duration, JoinError> {
-        Duration::try_from_secs_f64(self.timeout).map_err(JoinError::Timeout)
+        self.wait.timeout()
     }
 
     /// Connects a communicator of `backend` among the job's ranks; `prefix`
@@ -152,6 +208,19 @@ mod tests {
     use clap::Parser;
 
     use super::*;
+
+    #[test]
+    fn sizes_parse_and_say_what_is_wrong() {
+        assert_eq!(parse_size("8"), Ok(8));
+        assert_eq!(parse_size("4K"), Ok(4096));
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        let err = parse_size("lots").unwrap_err();
+        assert_eq!(
+            err,
+            "\"lots\" is not a size: expected digits with an optional K/M/G suffix \
+             (examples: 8, 4K, 1M, 64MiB)"
+        );
+    }
 
     #[derive(Debug, Parser)]
     struct Lab {

@@ -31,7 +31,7 @@ use crate::transport::TransportKind;
 use crate::{Backend, Communicator};
 
 #[cfg(feature = "clap")]
-pub use flags::{ConnectArgs, JobArgs, Joined, SpawnArgs};
+pub use flags::{ConnectArgs, JobArgs, Joined, SizeArgs, SpawnArgs, TimeoutArgs, parse_size};
 
 /// Either this process launched the ranks (and they have finished), or it is one.
 pub enum Start {

@@ -29,31 +29,43 @@
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
-use std::fmt;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::ExitStatusExt;
-use std::process::{ChildStderr, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::rendezvous::env::{DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT, Overrides, RankInfo};
+use crate::rendezvous::env::{DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT};
 use crate::rendezvous::store::{TOKEN_VAR, Token};
 
+mod blame;
+mod exit;
 mod group;
+mod init;
+mod interrupt;
+mod output;
+mod port;
+mod report;
 
+pub use exit::{Exit, Stopped, signal_name};
 pub use group::{Group, supervised};
+pub use init::{Role, init};
+pub use interrupt::install_interrupt_handler;
+pub use output::TAIL_LINES;
+pub use port::free_port;
+pub use report::{LaunchReport, RankOutcome};
 
-/// How many stderr lines per rank a report keeps.
-pub const TAIL_LINES: usize = 20;
+use interrupt::{INTERRUPTS, PENDING, Supervising};
+#[cfg(test)]
+use output::BacktraceFilter;
+use output::forward;
+
 /// The default time ranks get between SIGTERM and SIGKILL.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 /// How often the supervisor looks at its children.
 const POLL: Duration = Duration::from_millis(20);
-/// A forwarded line longer than this is split (bounds the launcher's memory).
-const MAX_LINE: u64 = 64 * 1024;
 /// How long to wait for the last stderr bytes after every rank has exited.
 const DRAIN: Duration = Duration::from_secs(2);
 
@@ -150,307 +162,6 @@ impl LaunchSpec {
     }
 }
 
-/// How a rank's process ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Exit {
-    /// It exited with this code.
-    Code(i32),
-    /// A signal killed it.
-    Signal(i32),
-    /// Its status could not be read.
-    Unknown,
-}
-
-impl Exit {
-    /// Whether it exited with code 0.
-    pub fn success(self) -> bool {
-        self == Exit::Code(0)
-    }
-
-    /// The shell's view: the code, or 128 + the signal.
-    pub fn shell_code(self) -> i32 {
-        match self {
-            Exit::Code(c) => c,
-            Exit::Signal(s) => 128 + s,
-            Exit::Unknown => 1,
-        }
-    }
-}
-
-/// How any child process ended (for programs that supervise children of
-/// their own, such as Hogwild's workers), in the launcher's words.
-impl From<std::process::ExitStatus> for Exit {
-    fn from(st: std::process::ExitStatus) -> Exit {
-        match (st.code(), st.signal()) {
-            (Some(c), _) => Exit::Code(c),
-            (None, Some(s)) => Exit::Signal(s),
-            (None, None) => Exit::Unknown,
-        }
-    }
-}
-
-impl fmt::Display for Exit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Exit::Code(c) => write!(f, "exited with code {c}"),
-            Exit::Signal(s) => write!(f, "was killed by signal {s} ({})", signal_name(s)),
-            Exit::Unknown => f.write_str("ended with an unknown status"),
-        }
-    }
-}
-
-/// The name of a signal number (`SIGKILL`), or `signal N`.
-pub fn signal_name(sig: i32) -> String {
-    let name = match sig {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGILL => "SIGILL",
-        libc::SIGTRAP => "SIGTRAP",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGUSR1 => "SIGUSR1",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGUSR2 => "SIGUSR2",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGALRM => "SIGALRM",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGXCPU => "SIGXCPU",
-        libc::SIGXFSZ => "SIGXFSZ",
-        libc::SIGSYS => "SIGSYS",
-        _ => return format!("signal {sig}"),
-    };
-    name.to_owned()
-}
-
-/// How the launcher ended a rank that was still running.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stopped {
-    /// It exited after SIGTERM.
-    Terminated,
-    /// It outlived the grace period (or a second Ctrl-C) and got SIGKILL.
-    Killed,
-}
-
-/// What became of one rank.
-#[derive(Clone, Debug)]
-pub struct RankOutcome {
-    /// Global rank.
-    pub rank: usize,
-    /// Rank on this node.
-    pub local_rank: usize,
-    /// Its process id.
-    pub pid: u32,
-    /// How it ended.
-    pub exit: Exit,
-    /// Set if the launcher stopped it (after another rank failed or an interrupt).
-    pub stopped: Option<Stopped>,
-    /// Its last stderr lines (at most [`TAIL_LINES`]).
-    pub stderr_tail: Vec<String>,
-}
-
-impl RankOutcome {
-    /// "rank 1 (pid 4242) was killed by signal 9 (SIGKILL)".
-    pub fn describe(&self) -> String {
-        format!("rank {} (pid {}) {}", self.rank, self.pid, self.exit)
-    }
-}
-
-/// The result of a launch: every rank's outcome and what ended the job.
-#[derive(Clone, Debug)]
-pub struct LaunchReport {
-    /// One entry per local rank, in local-rank order.
-    pub ranks: Vec<RankOutcome>,
-    /// Index into `ranks` of the rank whose failure ended the job.
-    pub failed: Option<usize>,
-    /// The signal (SIGINT, SIGTERM, SIGHUP) that made the launcher stop the job.
-    pub interrupted: Option<i32>,
-}
-
-impl LaunchReport {
-    /// Whether every rank exited with code 0.
-    pub fn success(&self) -> bool {
-        self.exit_code() == 0
-    }
-
-    /// The rank whose failure ended the job.
-    pub fn failure(&self) -> Option<&RankOutcome> {
-        self.failed.and_then(|i| self.ranks.get(i))
-    }
-
-    /// The rank the failed rank blames, when its error says so and that rank was
-    /// still running when the launcher stopped it: a frozen rank never exits by
-    /// itself, so the first to exit is the one that timed out waiting for it (or
-    /// lost it). Read from the error texts of ringside's transports and store
-    /// ("… waiting for rank N …", "lost rank N: …"), the last such line winning.
-    pub fn blamed(&self) -> Option<(&RankOutcome, &str)> {
-        let failed = self.failure()?;
-        failed.stderr_tail.iter().rev().find_map(|line| {
-            let n = blamed_in(line).filter(|&n| n != failed.rank)?;
-            let culprit = self.ranks.iter().find(|r| r.rank == n)?;
-            culprit
-                .stopped
-                .is_some()
-                .then_some((culprit, line.as_str()))
-        })
-    }
-
-    /// The launcher's exit code: 128 + signal if interrupted (130 for
-    /// Ctrl-C), else the failed rank's code (128 + signal if a signal killed
-    /// it), else 0.
-    pub fn exit_code(&self) -> i32 {
-        if let Some(sig) = self.interrupted {
-            return 128 + sig;
-        }
-        if let Some(f) = self.failure() {
-            let c = f.exit.shell_code();
-            // A code of 0 cannot mark a failure; keep the launcher's exit non-zero.
-            return if c == 0 { 1 } else { c };
-        }
-        if self.ranks.iter().all(|r| r.exit.success()) {
-            0
-        } else {
-            1
-        }
-    }
-}
-
-impl fmt::Display for LaunchReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(sig) = self.interrupted {
-            writeln!(f, "interrupted by {}; stopped all ranks", signal_name(sig))?;
-        }
-        if let Some(r) = self.failure() {
-            if let Some((culprit, _)) = self.blamed() {
-                writeln!(
-                    f,
-                    "rank {} stopped responding: rank {} gave up waiting for it and exited \
-                     first (its error below); rank {} was still running when stopped",
-                    culprit.rank, r.rank, culprit.rank
-                )?;
-            }
-            writeln!(f, "{}", r.describe())?;
-            if r.stderr_tail.is_empty() {
-                writeln!(f, "rank {} wrote nothing to stderr", r.rank)?;
-            } else {
-                writeln!(
-                    f,
-                    "last {} stderr lines of rank {}:",
-                    r.stderr_tail.len(),
-                    r.rank
-                )?;
-                for line in &r.stderr_tail {
-                    writeln!(f, "  | {line}")?;
-                }
-            }
-        }
-        let stopped: Vec<String> = self
-            .ranks
-            .iter()
-            .filter_map(|r| match r.stopped {
-                Some(Stopped::Terminated) => Some(format!("{} (SIGTERM)", r.rank)),
-                Some(Stopped::Killed) => Some(format!("{} (SIGKILL)", r.rank)),
-                None => None,
-            })
-            .collect();
-        if !stopped.is_empty() {
-            writeln!(f, "stopped ranks: {}", stopped.join(", "))?;
-        }
-        if self.failed.is_none() && self.interrupted.is_none() {
-            if self.success() {
-                writeln!(f, "all {} ranks exited successfully", self.ranks.len())?;
-            } else {
-                for r in self.ranks.iter().filter(|r| !r.exit.success()) {
-                    writeln!(f, "{}", r.describe())?;
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Interrupts
-
-/// Number of `spawn` calls supervising right now.
-static SUPERVISING: AtomicUsize = AtomicUsize::new(0);
-/// The last interrupt signal received while supervising (0: none).
-static PENDING: AtomicI32 = AtomicI32::new(0);
-/// Interrupts received while supervising; a second one skips the grace period.
-static INTERRUPTS: AtomicUsize = AtomicUsize::new(0);
-static INSTALLED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_interrupt(sig: libc::c_int) {
-    // Only async-signal-safe work here: atomics, signal(), raise().
-    if SUPERVISING.load(Ordering::SeqCst) > 0 {
-        PENDING.store(sig, Ordering::SeqCst);
-        INTERRUPTS.fetch_add(1, Ordering::SeqCst);
-    } else {
-        // Not launching anything: behave as if no handler were installed,
-        // so a rank that shares the launcher's code still dies on SIGTERM.
-        // SAFETY: signal() and raise() are async-signal-safe.
-        unsafe {
-            libc::signal(sig, libc::SIG_DFL);
-            libc::raise(sig);
-        }
-    }
-}
-
-/// Makes SIGINT (Ctrl-C), SIGTERM and SIGHUP stop the ranks of a running
-/// [`spawn`] cleanly (SIGTERM, grace period, SIGKILL; exit code 128 +
-/// signal) instead of killing the launcher outright. Outside a `spawn`
-/// these signals keep their default effect. Call it once, early in a
-/// launcher's `main`; calling it again does nothing. The library never
-/// installs it by itself.
-pub fn install_interrupt_handler() -> Result<()> {
-    if INSTALLED.swap(true, Ordering::SeqCst) {
-        return Ok(());
-    }
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value;
-        // we set a handler that only touches atomics and async-signal-safe
-        // calls, and pass valid pointers.
-        let rc = unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
-            action.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(sig, &action, std::ptr::null_mut())
-        };
-        if rc != 0 {
-            INSTALLED.store(false, Ordering::SeqCst);
-            return Err(Error::io(
-                format!("installing a handler for {}", signal_name(sig)),
-                std::io::Error::last_os_error(),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Counts this thread as supervising while alive (also on early return).
-struct Supervising;
-
-impl Supervising {
-    fn start() -> Supervising {
-        PENDING.store(0, Ordering::SeqCst);
-        INTERRUPTS.store(0, Ordering::SeqCst);
-        SUPERVISING.fetch_add(1, Ordering::SeqCst);
-        Supervising
-    }
-}
-
-impl Drop for Supervising {
-    fn drop(&mut self) {
-        SUPERVISING.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Spawning
-
 /// One started rank (its process is the same index of the [`Group`]).
 struct Running {
     rank: usize,
@@ -459,89 +170,6 @@ struct Running {
     stopped: Option<Stopped>,
     tail: Arc<Mutex<VecDeque<String>>>,
     reader: Option<JoinHandle<()>>,
-}
-
-/// Forwards a rank's stderr as `[rank N] line`, keeping the last lines.
-fn forward(rank: usize, pipe: ChildStderr, tail: Arc<Mutex<VecDeque<String>>>) {
-    let mut reader = BufReader::new(pipe);
-    let mut line = Vec::new();
-    let mut backtrace = BacktraceFilter::default();
-    loop {
-        line.clear();
-        match (&mut reader).take(MAX_LINE).read_until(b'\n', &mut line) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
-        }
-        let text = String::from_utf8_lossy(line.strip_suffix(b"\n").unwrap_or(&line));
-        let text = text.strip_suffix('\r').unwrap_or(&text).to_owned();
-        {
-            // One write per line, under the lock, so ranks' lines never mix.
-            let mut err = std::io::stderr().lock();
-            let _ = writeln!(err, "[rank {rank}] {text}");
-        }
-        let Some(kept) = backtrace.keep(text) else {
-            continue;
-        };
-        let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
-        if t.len() == TAIL_LINES {
-            t.pop_front();
-        }
-        t.push_back(kept);
-    }
-}
-
-/// The rank a line of an error blames: `N` in "waiting for rank N" or "lost rank N".
-fn blamed_in(line: &str) -> Option<usize> {
-    ["waiting for rank ", "lost rank "]
-        .iter()
-        .find_map(|marker| {
-            let at = line.find(marker)? + marker.len();
-            let digits: String = line[at..]
-                .chars()
-                .take_while(char::is_ascii_digit)
-                .collect();
-            digits.parse().ok()
-        })
-}
-
-/// Keeps a backtrace out of a rank's stderr tail (the lines are still forwarded):
-/// with `RUST_BACKTRACE=1` in the environment, the last 20 lines of a failed rank
-/// were all frames, and the error itself was cut off.
-#[derive(Default)]
-struct BacktraceFilter {
-    inside: bool,
-}
-
-impl BacktraceFilter {
-    /// The line to keep in the tail for `text`, if any: `(backtrace omitted)` for the
-    /// header of a backtrace, nothing for its frames (indented) and its closing note.
-    fn keep(&mut self, text: String) -> Option<String> {
-        let t = text.trim();
-        if t.eq_ignore_ascii_case("stack backtrace:") {
-            self.inside = true;
-            return Some("(backtrace omitted; the rank's full stderr is above)".into());
-        }
-        if self.inside {
-            if text.starts_with(char::is_whitespace) || t.is_empty() {
-                return None;
-            }
-            self.inside = false;
-            if t.starts_with("note: Some details are omitted") {
-                return None;
-            }
-        }
-        Some(text)
-    }
-}
-
-/// Picks a port that is free on 127.0.0.1 right now.
-fn free_port() -> Result<u16> {
-    std::net::TcpListener::bind(("127.0.0.1", 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| Error::io("picking a free port on 127.0.0.1", e))
 }
 
 fn check(spec: &LaunchSpec) -> Result<()> {
@@ -752,46 +380,6 @@ fn supervise(
             killed = true;
         }
         std::thread::sleep(POLL);
-    }
-}
-
-// ---------------------------------------------------------------------------
-// init
-
-/// What [`init`] made of this process.
-#[derive(Debug)]
-pub enum Role {
-    /// Run as this rank.
-    Rank(RankInfo),
-    /// This process launched the ranks (copies of itself), which have all
-    /// ended; exit with `report.exit_code()`.
-    Launcher(LaunchReport),
-}
-
-/// The `mp.spawn`-style entry point for programs:
-/// - started by a launcher (ringside, torchrun, mpirun, srun — see
-///   [`crate::rendezvous::env`]) → [`Role::Rank`] from the environment;
-/// - else with `nproc > 1` → runs `nproc` copies of this executable with the
-///   same arguments under [`spawn`] and returns [`Role::Launcher`];
-/// - else → [`Role::Rank`], rank 0 of a world of one.
-///
-/// Call [`install_interrupt_handler`] before `init` so Ctrl-C stops the
-/// copies cleanly; ranks are unaffected by it.
-pub fn init(nproc: Option<usize>) -> Result<Role> {
-    if RankInfo::launched_from_env()? {
-        return Ok(Role::Rank(RankInfo::from_env(&Overrides::default())?));
-    }
-    match nproc {
-        Some(0) => Err(Error::InvalidArgument(
-            "the number of processes must be at least 1".into(),
-        )),
-        Some(n) if n > 1 => {
-            let exe = std::env::current_exe()
-                .map_err(|e| Error::io("finding this program's executable to re-run it", e))?;
-            let spec = LaunchSpec::new(exe, std::env::args_os().skip(1), n);
-            Ok(Role::Launcher(spawn(&spec)?))
-        }
-        _ => Ok(Role::Rank(RankInfo::from_env(&Overrides::default())?)),
     }
 }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use labkit::{LabError, Variant};
 use tch::Tensor;
-use trainers::hogwild::{self, HogwildConfig, Launcher, Pieces, Reference, Sharing};
+use trainers::hogwild::{self, HogwildConfig, Pieces, Reference, Sharing, WorkerProgram};
 use trainers::models::Arch;
 
 /// The learner's pieces from [`exercise`], as trainers' seam takes them.
@@ -75,7 +75,7 @@ pub fn check_config(data: PathBuf, sharing: Sharing) -> HogwildConfig {
 pub fn check(
     variant: Variant,
     data: PathBuf,
-    launcher: &Launcher,
+    launcher: &WorkerProgram,
 ) -> Result<Vec<String>, LabError> {
     let mut seen = Vec::new();
     for sharing in [Sharing::FileDescriptor, Sharing::FileSystem] {

@@ -17,7 +17,7 @@ use clap::Parser;
 use labkit::{Run, Variant};
 use measure::{Figure, FigureSeries};
 use trainers::data::DataArgs;
-use trainers::hogwild::{self, HogwildConfig, HogwildReport, Launcher, Sharing};
+use trainers::hogwild::{self, HogwildConfig, HogwildReport, Sharing, WorkerProgram};
 use trainers::models::Arch;
 
 /// Lab 3: N worker processes train one CNN in shared memory, lock-free (Hogwild!),
@@ -101,7 +101,7 @@ fn run(args: Args, variant: Variant) -> anyhow::Result<()> {
         args.batch, args.lr, args.sharing
     );
 
-    let launcher = Launcher::current_exe()?;
+    let launcher = WorkerProgram::current_exe()?;
     let mut reports: Vec<(usize, HogwildReport)> = Vec::new();
     for &workers in &args.workers {
         let config = HogwildConfig {

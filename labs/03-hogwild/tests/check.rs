@@ -3,12 +3,12 @@
 //! own Hogwild pieces). Its workers are the lab's program, re-run by the parent.
 
 use labkit::Variant;
-use trainers::hogwild::Launcher;
+use trainers::hogwild::WorkerProgram;
 
 #[test]
 fn shared_parameters_train_and_a_killed_worker_leaks_no_shared_memory() {
     let variant = Variant::from_env();
-    let launcher = Launcher {
+    let launcher = WorkerProgram {
         program: env!("CARGO_BIN_EXE_lab03-hogwild").into(),
         args: Vec::new(),
     };

@@ -10,7 +10,8 @@ pub mod exercise;
 use std::sync::Arc;
 use std::time::Duration;
 
-use collectives::algorithms::plug::{self, Builtin, Plug};
+use collectives::algorithms::plug::{Builtin, Plug};
+use collectives::plug_check;
 use labkit::{LabError, Variant};
 
 /// The algorithms of `variant`: the learner's, or the backend's own.
@@ -34,7 +35,7 @@ pub fn ring_label(variant: Variant) -> &'static str {
 /// a root somewhere) on 1 to 5 ranks, with `variant`'s algorithms inside the
 /// reference backend. A wait longer than 20 s is an error, not a hang.
 pub fn check(variant: Variant) -> Result<usize, LabError> {
-    match plug::check(algorithms(variant), 1..=5, Duration::from_secs(20))? {
+    match plug_check::check(algorithms(variant), 1..=5, Duration::from_secs(20))? {
         Ok(cases) => Ok(cases),
         Err((world, report)) => {
             let shown: Vec<&str> = report.failures.iter().take(5).map(String::as_str).collect();

@@ -15,7 +15,6 @@
 use anyhow::{Context, bail};
 use clap::Parser;
 use collectives::algorithms::Algo;
-use collectives::algorithms::plug;
 use collectives::backends;
 use collectives::bench::{self, Case, Combine, Measurement, Settings};
 use collectives::job::{self, ConnectArgs, SpawnArgs};
@@ -67,7 +66,7 @@ fn run(args: Args) -> anyhow::Result<()> {
 
     // First: is it right? The suite's cases on this job's ranks.
     comm.plug(Some(mine.clone()));
-    let report = conformance::run(&comm, &plug::check_config(), |_, _| ())
+    let report = conformance::run(&comm, &collectives::plug_check::config(), |_, _| ())
         .with_context(|| format!("rank {rank}: {variant}"))?;
     if let Some(first) = report.failures.first() {
         bail!(

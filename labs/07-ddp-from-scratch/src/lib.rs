@@ -182,31 +182,32 @@ pub fn check(variant: Variant, step: Step) -> Result<String, LabError> {
 /// ended, on 2 ranks (the first step is left out: it is the warm-up).
 fn overlapped_buckets(variant: Variant, data: &Dataset) -> Result<usize, LabError> {
     let opts = Step::Overlap.options(64 << 10);
-    let counts = ddp::check::with_data_ranks(2, data, opts.timeout, |rank, comm, data| {
-        let vs = tch::nn::VarStore::new(tch::Device::Cpu);
-        let model = trainers::models::cnn().build(&vs.root());
-        let mut d =
-            ddp::Ddp::with_sync(model, &vs, comm, opts.clone(), sync(variant, Step::Overlap))?;
-        for s in 0..2i64 {
-            let x = data.images.f_narrow(0, (s * 2 + rank as i64) * 8, 8)?;
-            let y = data.labels.f_narrow(0, (s * 2 + rank as i64) * 8, 8)?;
-            let _ = d.forward_backward(&x, |l| l.cross_entropy_for_logits(&y))?;
-        }
-        let tl = d.timeline();
-        let step = tl.steps().last().cloned();
-        Ok(step.map_or(0, |st| {
-            tl.events()
-                .iter()
-                .filter(|e| {
-                    e.step == st.step
-                        && e.ph == 'i'
-                        && e.name.ends_with(" ready")
-                        && e.ts_us < st.backward_end_us
-                })
-                .count()
-        }))
-    })
-    .map_err(lab_error)?;
+    let counts =
+        trainers::thread_ranks::with_data_ranks(2, data, opts.timeout, |rank, comm, data| {
+            let vs = tch::nn::VarStore::new(tch::Device::Cpu);
+            let model = trainers::models::cnn().build(&vs.root());
+            let mut d =
+                ddp::Ddp::with_sync(model, &vs, comm, opts.clone(), sync(variant, Step::Overlap))?;
+            for s in 0..2i64 {
+                let x = data.images.f_narrow(0, (s * 2 + rank as i64) * 8, 8)?;
+                let y = data.labels.f_narrow(0, (s * 2 + rank as i64) * 8, 8)?;
+                let _ = d.forward_backward(&x, |l| l.cross_entropy_for_logits(&y))?;
+            }
+            let tl = d.timeline();
+            let step = tl.steps().last().cloned();
+            Ok(step.map_or(0, |st| {
+                tl.events()
+                    .iter()
+                    .filter(|e| {
+                        e.step == st.step
+                            && e.ph == 'i'
+                            && e.name.ends_with(" ready")
+                            && e.ts_us < st.backward_end_us
+                    })
+                    .count()
+            }))
+        })
+        .map_err(lab_error)?;
     let mut early = usize::MAX;
     for c in counts {
         early = early.min(c.map_err(lab_error)?);

@@ -20,7 +20,7 @@ use labkit::{Run, Variant};
 use measure::{Figure, FigureSeries};
 use tch::nn::{self, OptimizerConfig};
 use trainers::data::{Dataset, Split};
-use trainers::ddp::{self, Ddp, DdpOptions, GradSync, Standard};
+use trainers::ddp::{Ddp, DdpOptions, GradSync, Standard};
 use trainers::sampler::DistributedSampler;
 use trainers::timeline::Timeline;
 
@@ -202,35 +202,36 @@ fn measure(
     opts: DdpOptions,
 ) -> anyhow::Result<Measured> {
     let (b, steps, warmup) = (args.batch, args.steps, args.warmup);
-    let results = ddp::check::with_data_ranks(world, train, opts.timeout, |rank, comm, data| {
-        tch::manual_seed(0);
-        let vs = nn::VarStore::new(tch::Device::Cpu);
-        let model = trainers::models::cnn().build(&vs.root());
-        let mut ddp = Ddp::with_sync(model, &vs, comm, opts.clone(), sync.clone())?;
-        let mut opt = nn::Sgd {
-            momentum: 0.9,
-            ..Default::default()
-        }
-        .build(&vs, 0.01 * world as f64)?;
-        let sampler = DistributedSampler::new(data.len(), world, rank)?.with_seed(0);
-        let indices = sampler.indices();
-        let mut timed = 0.0;
-        for (s, idx) in indices.chunks(b).take(warmup + steps).enumerate() {
-            let t0 = Instant::now();
-            let (x, y) = data.batch(idx)?;
-            opt.zero_grad();
-            let _ = ddp.forward_backward(&x, |l| l.cross_entropy_for_logits(&y))?;
-            opt.step();
-            if s >= warmup {
-                timed += t0.elapsed().as_secs_f64();
+    let results =
+        trainers::thread_ranks::with_data_ranks(world, train, opts.timeout, |rank, comm, data| {
+            tch::manual_seed(0);
+            let vs = nn::VarStore::new(tch::Device::Cpu);
+            let model = trainers::models::cnn().build(&vs.root());
+            let mut ddp = Ddp::with_sync(model, &vs, comm, opts.clone(), sync.clone())?;
+            let mut opt = nn::Sgd {
+                momentum: 0.9,
+                ..Default::default()
             }
-        }
-        let tl = ddp.timeline();
-        let stats = &tl.steps()[warmup.min(tl.steps().len())..];
-        let step_ms = median(stats.iter().map(|s| s.step_us() / 1e3).collect());
-        let exposed_ms = median(stats.iter().map(|s| s.exposed_us() / 1e3).collect());
-        Ok((timed, step_ms, exposed_ms, tl.clone()))
-    })?;
+            .build(&vs, 0.01 * world as f64)?;
+            let sampler = DistributedSampler::new(data.len(), world, rank)?.with_seed(0);
+            let indices = sampler.indices();
+            let mut timed = 0.0;
+            for (s, idx) in indices.chunks(b).take(warmup + steps).enumerate() {
+                let t0 = Instant::now();
+                let (x, y) = data.batch(idx)?;
+                opt.zero_grad();
+                let _ = ddp.forward_backward(&x, |l| l.cross_entropy_for_logits(&y))?;
+                opt.step();
+                if s >= warmup {
+                    timed += t0.elapsed().as_secs_f64();
+                }
+            }
+            let tl = ddp.timeline();
+            let stats = &tl.steps()[warmup.min(tl.steps().len())..];
+            let step_ms = median(stats.iter().map(|s| s.step_us() / 1e3).collect());
+            let exposed_ms = median(stats.iter().map(|s| s.exposed_us() / 1e3).collect());
+            Ok((timed, step_ms, exposed_ms, tl.clone()))
+        })?;
     let mut out = None;
     let mut slowest = 0f64;
     for r in results {

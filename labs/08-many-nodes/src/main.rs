@@ -394,7 +394,7 @@ fn node(args: &Args, rank_args: &[&str]) -> anyhow::Result<launch::LaunchReport>
         "--max-size".into(),
         args.max_size.to_string(),
         "--timeout".into(),
-        args.connect.timeout.to_string(),
+        args.connect.wait.timeout.to_string(),
     ]);
     let mut spec = LaunchSpec::new(std::env::current_exe()?, all, args.nproc_per_node);
     spec.nnodes = args.nnodes;
@@ -606,7 +606,7 @@ fn drill_launch(args: &Args) -> anyhow::Result<()> {
             "--role",
             "drill",
             "--timeout",
-            &args.connect.timeout.to_string(),
+            &args.connect.wait.timeout.to_string(),
         ],
         3,
     );

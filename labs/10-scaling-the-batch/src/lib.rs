@@ -220,8 +220,6 @@ impl Trained {
     }
 }
 
-static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// Trains `cfg` on `train` and evaluates rank 0's model on `test` as it goes.
 /// Every configuration starts from the same weights (seed 0) and sees the
 /// same number of samples; only the step count and the rate differ.
@@ -257,8 +255,11 @@ pub fn train(
         timeout: Duration::from_secs(60),
         ..DdpOptions::default()
     };
-    let results =
-        ddp::check::with_data_ranks(cfg.world, train, opts.timeout, |rank, comm, data| {
+    let results = trainers::thread_ranks::with_data_ranks(
+        cfg.world,
+        train,
+        opts.timeout,
+        |rank, comm, data| {
             let test = match rank {
                 0 => test.lock().ok().and_then(|mut t| t.take()),
                 _ => None,
@@ -269,11 +270,8 @@ pub fn train(
             // same time would interleave draws, and rank 0 (whose weights the
             // others receive) would start differently in every configuration.
             let vs = nn::VarStore::new(Device::Cpu);
-            let model = {
-                let _one_at_a_time = INIT.lock();
-                tch::manual_seed(0);
-                models::mlp(&MlpConfig::default()).build(&vs.root())
-            };
+            let model =
+                trainers::seed::seeded(0, || models::mlp(&MlpConfig::default()).build(&vs.root()));
             let mut ddp = Ddp::with_sync(model, &vs, comm, opts.clone(), sync.clone())?;
             let mut opt = nn::Sgd {
                 momentum: 0.9,
@@ -315,8 +313,9 @@ pub fn train(
             }
             let bytes = traffic.bytes(Counted::AllReduce) as f64 / steps as f64;
             Ok((curve, seconds, bytes))
-        })
-        .map_err(lab_error)?;
+        },
+    )
+    .map_err(lab_error)?;
     let mut out = None;
     for r in results {
         let (curve, seconds, bytes) = r.map_err(lab_error)?;

@@ -132,7 +132,7 @@ pub fn distributed_accuracy(
             })
             .collect::<Vec<_>>(),
     );
-    let out = trainers::ddp::check::with_data_ranks(
+    let out = trainers::thread_ranks::with_data_ranks(
         world,
         test,
         Duration::from_secs(60),
@@ -193,7 +193,7 @@ pub fn resume(
     use trainers::optim::{Sgd, SgdConfig};
     use trainers::sampler::DistributedSampler;
 
-    let out = trainers::ddp::check::with_data_ranks(
+    let out = trainers::thread_ranks::with_data_ranks(
         world,
         data,
         Duration::from_secs(60),
@@ -223,7 +223,7 @@ pub fn resume(
                         let (x, y) = d.batch(&order[at..at + b])?;
                         sgd.zero_grad();
                         let fwd = m.forward(comm, &x, true)?;
-                        let l = check::loss(&fwd.logits, &y)?;
+                        let l = trainers::train::cross_entropy(&fwd.logits, &y)?;
                         m.backward(comm, fwd, &l)?;
                         let grads: Vec<Tensor> =
                             vs.trainable_variables().iter().map(|v| v.grad()).collect();
@@ -243,7 +243,7 @@ pub fn resume(
             let (vs, m, mut sgd) = fresh()?;
             let mut state = TrainState::default();
             train(&vs, &m, &mut sgd, &mut state, steps)?;
-            let straight = trainers::ddp::check::snapshot(&vs);
+            let straight = trainers::parity::snapshot(&vs);
             // Interrupted at `stop`, saved, loaded into fresh objects, resumed.
             let (vs, m, mut sgd) = fresh()?;
             let mut state = TrainState::default();
@@ -253,11 +253,8 @@ pub fn resume(
             let (vs, m, mut sgd) = fresh()?;
             let mut state = checkpoint::load(file, &vs, Some(&mut sgd))?;
             train(&vs, &m, &mut sgd, &mut state, steps)?;
-            let resumed = trainers::ddp::check::snapshot(&vs);
-            Ok((
-                stopped_at,
-                trainers::ddp::check::max_diff(&resumed, &straight)?,
-            ))
+            let resumed = trainers::parity::snapshot(&vs);
+            Ok((stopped_at, trainers::parity::max_diff(&resumed, &straight)?))
         },
     )?;
     let mut max_diff = 0f64;

@@ -25,9 +25,10 @@ use measure::{Figure, FigureSeries};
 use tch::Tensor;
 use trainers::checkpoint;
 use trainers::data::{Dataset, Split};
-use trainers::ddp::check::{max_diff, snapshot, with_data_ranks};
+use trainers::parity::{max_diff, snapshot};
 use trainers::sync_bn::Norm;
 use trainers::sync_bn::check::{BnMode, Trained, running_stats};
+use trainers::thread_ranks::with_data_ranks;
 
 /// Lab 12: batch norm under DDP, saving and loading, inference on one device.
 #[derive(Parser)]

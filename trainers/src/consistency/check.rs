@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::{Consistency, Job, StalenessBound, Start, Straggler, Trained, train};
 use crate::data::Dataset;
+use crate::parity::tensor_diff;
 use crate::{Error, Result};
 
 /// The furthest any start in `log` ran ahead of the slowest worker.
@@ -19,11 +20,7 @@ pub fn max_ahead(log: &[Start]) -> u64 {
 
 /// The largest |Δ| between two trainings' final parameters.
 pub fn max_diff(a: &Trained, b: &Trained) -> Result<f64> {
-    Ok(a.params
-        .f_sub(&b.params)?
-        .f_abs()?
-        .f_max()?
-        .f_double_value(&[])?)
+    tensor_diff("the parameters", &a.params, &b.params)
 }
 
 /// What [`bound`] measured.

@@ -45,8 +45,8 @@ use tch::{Device, Kind, Tensor};
 
 use crate::comm::buffer_mut;
 use crate::data::Dataset;
-use crate::ddp::check::with_data_ranks;
 use crate::models::{self, MlpConfig};
+use crate::thread_ranks::with_data_ranks;
 use crate::{Error, Result};
 
 /// How up to date the parameters of a gradient must be.

@@ -5,9 +5,11 @@
 use tch::Device;
 use tch::nn::{self, ModuleT, OptimizerConfig};
 
-use super::{DataParallel, Pieces, Replication, cross_entropy};
+use super::{DataParallel, Pieces, Replication};
 use crate::data::Dataset;
 use crate::models::Blueprint;
+use crate::parity::store_diff;
+use crate::train::cross_entropy;
 
 /// Why a data-parallel run is not the single-device run.
 #[derive(Debug, thiserror::Error)]
@@ -52,25 +54,6 @@ pub fn smooth_mlp() -> Blueprint {
             })
         })
         .expect("the smooth MLP's layer names are distinct and valid")
-}
-
-/// The largest |Δ| over all variables of two stores with the same names.
-pub fn max_diff(a: &nn::VarStore, b: &nn::VarStore) -> crate::Result<f64> {
-    let b = b.variables();
-    let mut worst = 0.0f64;
-    for (name, t) in a.variables() {
-        let other = b.get(&name).ok_or_else(|| {
-            crate::Error::Model(format!("`{name}` is in one store but not the other"))
-        })?;
-        let d = t
-            .f_to_device(Device::Cpu)?
-            .f_sub(&other.f_to_device(Device::Cpu)?)?
-            .f_abs()?
-            .f_max()?
-            .f_double_value(&[])?;
-        worst = worst.max(d);
-    }
-    Ok(worst)
 }
 
 // ANCHOR: equivalence
@@ -143,7 +126,7 @@ pub fn equivalence(
             ));
         }
         opt.backward_step(&l);
-        let diff = max_diff(dp.var_store(), &single_vs)?;
+        let diff = store_diff(dp.var_store(), &single_vs)?;
         worst = worst.max(diff);
         if diff > param_tol {
             return differs(format!(
@@ -152,7 +135,7 @@ pub fn equivalence(
         }
     }
     // The parameters did move (so the comparison above compared training steps).
-    let moved = max_diff(dp.var_store(), &before)?;
+    let moved = store_diff(dp.var_store(), &before)?;
     if moved <= 1e-3 {
         return differs(format!(
             "the parameters moved only {moved:e} in {STEPS} steps"

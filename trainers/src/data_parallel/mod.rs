@@ -55,8 +55,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use tch::nn;
-use tch::{Cuda, Device, Kind, Tensor};
+use tch::{Cuda, Device, Tensor};
 
+use crate::autograd::backward_with_grad;
 use crate::models::{Blueprint, Stage};
 use crate::{Error, Result};
 
@@ -64,19 +65,9 @@ pub mod check;
 mod pieces;
 
 pub use pieces::{Pieces, Standard};
-
-/// A loss that *averages* over the batch: `(outputs, targets) -> scalar`.
-///
-/// The parallel trainers rely on the average: it is what makes the sum of the pieces'
-/// gradients equal to the whole batch's gradient.
-pub type LossFn = fn(&Tensor, &Tensor) -> Result<Tensor>;
-
-/// Mean cross-entropy of logits `[B, C]` against class indices `[B]`.
-pub fn cross_entropy(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
-    Ok(logits
-        .f_log_softmax(-1, Kind::Float)?
-        .f_nll_loss::<Tensor>(labels, None, tch::Reduction::Mean, -100)?)
-}
+// The learner's threads in lab 4 call these through this module.
+pub use crate::threads::{inherit_num_threads, panic_message};
+pub use crate::train::{LossFn, cross_entropy};
 
 /// The devices to replicate over: every CUDA device when there is one, otherwise
 /// `cpu_replicas` CPU replicas (at least one).
@@ -546,29 +537,6 @@ fn parallel<J: Send, R: Send>(
 }
 // ANCHOR_END: parallel
 
-/// Gives a new thread the caller's libtorch intra-op thread count.
-///
-/// With OpenMP (the CPU builds of libtorch) the count is a per-thread setting: a fresh
-/// thread starts with one OpenMP worker per core, whatever `tch::set_num_threads` said
-/// in the thread that spawned it. Two replica threads with a team of 2 each on a
-/// 2-core machine spin-wait on each other: the first op of a step took 10 ms
-/// instead of 1.
-pub fn inherit_num_threads(threads: i32) {
-    if tch::get_num_threads() != threads {
-        tch::set_num_threads(threads);
-    }
-}
-
-/// Backpropagates from `output` with `grad` as its incoming gradient.
-///
-/// tch 0.24 has no `backward(gradient)`; `sum(output * grad)` has exactly `grad` as its
-/// gradient with respect to `output` (the product's backward multiplies by 1.0), so its
-/// plain backward is the same computation.
-pub(crate) fn backward_with_grad(output: &Tensor, grad: &Tensor) -> Result<()> {
-    output.f_mul(grad)?.f_sum(Kind::Float)?.f_backward()?;
-    Ok(())
-}
-
 /// Zeroes a tensor's gradient if it has one (keeping it allocated, unlike
 /// `set_to_none`, so that gradients can be added into it in place).
 pub(crate) fn zero_grad(t: &Tensor) -> Result<()> {
@@ -577,17 +545,6 @@ pub(crate) fn zero_grad(t: &Tensor) -> Result<()> {
         let _ = g.f_zero_()?;
     }
     Ok(())
-}
-
-/// The text of a panic payload.
-pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(a panic without a message)".to_owned()
-    }
 }
 
 #[cfg(test)]

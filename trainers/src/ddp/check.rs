@@ -7,30 +7,16 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use collectives::Communicator;
 use collectives::transport::TransportKind;
-use tch::nn::{self, ModuleT, OptimizerConfig};
+use tch::nn::{self, ModuleT};
 use tch::{Device, Tensor};
 
 use super::{Ddp, DdpOptions, GradSync};
 use crate::data::Dataset;
+use crate::parity::{Equivalence, copies, load, max_diff, reference_sgd, snapshot, worst};
+use crate::thread_ranks::with_data_ranks;
 use crate::traffic::{Counted, Metered, Traffic};
 use crate::{Error, Result, models};
-
-/// Learning rate of the checks' SGD (momentum 0.9): large enough that 10
-/// steps move every parameter well beyond the tolerance.
-pub const LR: f64 = 0.05;
-
-/// What an equivalence check measured (this module's [`equivalence`], and
-/// the ZeRO and SyncBatchNorm checks').
-#[derive(Debug, Clone, Copy)]
-pub struct Equivalence {
-    /// Largest |Δ| between any rank's parameters and the reference run's.
-    pub max_diff: f64,
-    /// Largest |Δ| between the reference run's parameters and the start: a
-    /// check that moved nothing would prove nothing.
-    pub moved: f64,
-}
 
 /// `world` ranks with batch `b` each against one process with batch
 /// `world · b`, `steps` SGD steps from the same start (only rank 0 starts
@@ -79,9 +65,9 @@ pub fn equivalence(
             load(&vs, &init.unwrap_or_default())?;
         }
         let mut ddp = Ddp::with_sync(model, &vs, comm, opts.clone(), sync.clone())?;
-        let mut opt = sgd(&vs)?;
+        let mut opt = reference_sgd(&vs)?;
         for s in 0..steps {
-            let (x, y) = rows(&data, s * world * b + rank * b, b)?;
+            let (x, y) = data.rows(s * world * b + rank * b, b)?;
             opt.zero_grad();
             let _ = ddp.forward_backward(&x, |logits| logits.cross_entropy_for_logits(&y))?;
             opt.step();
@@ -90,7 +76,7 @@ pub fn equivalence(
     })?;
     let mut max = 0f64;
     for g in got {
-        max = max.max(max_diff(&g?, &want)?);
+        max = worst(max, max_diff(&g?, &want)?);
     }
     Ok(Equivalence {
         max_diff: max,
@@ -118,14 +104,14 @@ pub fn all_reduces_per_step(
         let vs = nn::VarStore::new(Device::Cpu);
         let model = models::cnn().build(&vs.root());
         let mut ddp = Ddp::with_sync(model, &vs, comm, opts.clone(), sync.clone())?;
-        let mut opt = sgd(&vs)?;
+        let mut opt = reference_sgd(&vs)?;
         let mut per_step = Vec::with_capacity(steps);
         for s in 0..steps {
             let before = traffic.calls(Counted::AllReduce);
             opt.zero_grad();
             for m in 0..k {
                 let from = ((s * world + rank) * k + m) * b;
-                let (x, y) = rows(&data, from, b)?;
+                let (x, y) = data.rows(from, b)?;
                 let loss = |l: &Tensor| l.cross_entropy_for_logits(&y) / k as f64;
                 if m + 1 < k {
                     let _ = ddp.no_sync(|d| d.forward_backward(&x, loss))?;
@@ -153,103 +139,17 @@ fn single_process(
     let vs = nn::VarStore::new(Device::Cpu);
     let model = models::cnn().build(&vs.root());
     load(&vs, init)?;
-    let mut opt = sgd(&vs)?;
+    let mut opt = reference_sgd(&vs)?;
     for s in 0..steps {
         opt.zero_grad();
         for p in 0..world {
-            let (x, y) = rows(data, (s * world + p) * b, b)?;
+            let (x, y) = data.rows((s * world + p) * b, b)?;
             let loss = model.forward_t(&x, true).cross_entropy_for_logits(&y) / world as f64;
             loss.f_backward()?;
         }
         opt.step();
     }
     Ok(snapshot(&vs))
-}
-
-/// The equivalence checks' optimizer: libtorch's SGD, momentum 0.9, rate
-/// [`LR`].
-pub fn sgd(vs: &nn::VarStore) -> Result<nn::Optimizer> {
-    Ok(nn::Sgd {
-        momentum: 0.9,
-        ..Default::default()
-    }
-    .build(vs, LR)?)
-}
-
-fn rows(data: &Dataset, from: usize, n: usize) -> Result<(Tensor, Tensor)> {
-    let (from, n) = (from as i64, n as i64);
-    Ok((
-        data.images.f_narrow(0, from, n)?,
-        data.labels.f_narrow(0, from, n)?,
-    ))
-}
-
-fn copies(v: &[(String, Tensor)]) -> Vec<(String, Tensor)> {
-    v.iter().map(|(n, t)| (n.clone(), t.copy())).collect()
-}
-
-fn load(vs: &nn::VarStore, params: &[(String, Tensor)]) -> Result<()> {
-    let vars = vs.variables();
-    tch::no_grad(|| {
-        for (n, t) in params {
-            let v = vars
-                .get(n)
-                .ok_or_else(|| Error::Model(format!("no variable {n}")))?;
-            v.shallow_clone().f_copy_(t)?;
-        }
-        Ok(())
-    })
-}
-
-/// Copies of `vs`'s variables, sorted by name (the map order is per process).
-pub fn snapshot(vs: &nn::VarStore) -> Vec<(String, Tensor)> {
-    let mut v: Vec<_> = vs
-        .variables()
-        .into_iter()
-        .map(|(n, t)| (n, t.detach().copy()))
-        .collect();
-    v.sort_by(|a, b| a.0.cmp(&b.0));
-    v
-}
-
-/// The largest |a − b| over two [`snapshot`]s of the same model.
-pub fn max_diff(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> Result<f64> {
-    let mut max = 0f64;
-    for ((na, ta), (nb, tb)) in a.iter().zip(b) {
-        if na != nb {
-            return Err(Error::Model(format!("{na} against {nb}")));
-        }
-        max = max.max(ta.f_sub(tb)?.f_abs()?.f_max()?.f_double_value(&[])?);
-    }
-    Ok(max)
-}
-
-/// `body(rank, comm, data)` on `world` thread ranks (reference backend over
-/// shared memory, every wait bounded by `timeout`, at most 60 s), each with its
-/// own handle on `data` (a `Tensor` is `Send` but not `Sync`).
-pub fn with_data_ranks<T: Send>(
-    world: usize,
-    data: &Dataset,
-    timeout: Duration,
-    body: impl Fn(usize, Box<dyn Communicator>, Dataset) -> Result<T> + Sync,
-) -> Result<Vec<Result<T>>> {
-    let handles = Mutex::new(
-        (0..world)
-            .map(|_| Some(data.shallow_clone()))
-            .collect::<Vec<_>>(),
-    );
-    // Below DDP's own bound, so a lost peer fails in the communicator first.
-    let timeout = timeout.min(Duration::from_secs(60));
-    Ok(collectives::thread_ranks::with_ranks(
-        world,
-        TransportKind::Shm,
-        timeout,
-        |rank, comm| {
-            let data = handles.lock().ok().and_then(|mut h| h[rank].take());
-            let data = data.ok_or_else(|| Error::InvalidArgument("no data handle".into()))?;
-            body(rank, Box::new(comm), data)
-        },
-    )?)
 }
 
 /// What [`compression`] measured, the worst over the ranks.
@@ -282,8 +182,9 @@ pub fn compression(
         |rank, comm| -> Result<Compression> {
             let traffic = Traffic::new();
             let comm = Metered::new(Box::new(comm), traffic.clone());
-            tch::manual_seed(rank as i64 + 1);
-            let g = Tensor::f_randn([len], tch::kind::FLOAT_CPU)? * scale;
+            let g = crate::seed::seeded(rank as i64 + 1, || {
+                Tensor::f_randn([len], tch::kind::FLOAT_CPU)
+            })? * scale;
             let mut exact = g.copy();
             super::Standard.all_reduce_mean(&comm, &mut exact)?;
             let f32_bytes = traffic.bytes(Counted::AllReduce);

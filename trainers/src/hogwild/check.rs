@@ -30,7 +30,7 @@ pub struct PiecesChecked {
 /// `TODO` included) where a run failed.
 pub fn check_pieces(
     config: &HogwildConfig,
-    launcher: &Launcher,
+    launcher: &WorkerProgram,
     pieces: &dyn Pieces,
 ) -> std::result::Result<PiecesChecked, String> {
     let sharing = config.sharing.name();

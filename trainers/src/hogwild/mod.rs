@@ -4,7 +4,7 @@
 //!
 //! The parent builds a model (an MLP or the CNN), puts its trainable parameters in
 //! one shared-memory region, and starts `workers` copies of a program (its own
-//! executable, re-run with [`ENV_ROLE`] set; see [`Launcher`] and
+//! executable, re-run with [`ENV_ROLE`] set; see [`WorkerProgram`] and
 //! [`worker_from_env`]). Each worker maps the region, points its model's parameters
 //! at it (`Tensor::from_blob` + `set_data`, so the SGD update writes straight into the
 //! shared pages), trains on its shard of Fashion-MNIST (or of a small synthetic set,
@@ -58,8 +58,8 @@ use tch::nn::{self, ModuleT};
 use tch::{Device, Kind, Tensor};
 
 use crate::data::{self, Dataset, Split};
-use crate::data_parallel::cross_entropy;
 use crate::models::{self, Arch, MlpConfig};
+use crate::train::cross_entropy;
 use crate::{Error, Result};
 
 mod check;
@@ -103,29 +103,29 @@ pub const MAX_WORKERS: usize = 256;
 /// `main` calls [`worker_from_env`] first. A test binary passes libtest arguments
 /// that select a test which does the same.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Launcher {
+pub struct WorkerProgram {
     /// The executable.
     pub program: PathBuf,
     /// Its arguments.
     pub args: Vec<OsString>,
 }
 
-impl Launcher {
+impl WorkerProgram {
     /// This process's executable, without arguments.
-    pub fn current_exe() -> Result<Launcher> {
-        Ok(Launcher {
+    pub fn current_exe() -> Result<WorkerProgram> {
+        Ok(WorkerProgram {
             program: std::env::current_exe().map_err(|e| os("finding this executable", e))?,
             args: Vec::new(),
         })
     }
 
     /// This process's executable with `args`.
-    pub fn current_exe_with<I, S>(args: I) -> Result<Launcher>
+    pub fn current_exe_with<I, S>(args: I) -> Result<WorkerProgram>
     where
         I: IntoIterator<Item = S>,
         S: Into<OsString>,
     {
-        let mut l = Launcher::current_exe()?;
+        let mut l = WorkerProgram::current_exe()?;
         l.args = args.into_iter().map(Into::into).collect();
         Ok(l)
     }
@@ -224,7 +224,7 @@ impl HogwildReport {
 
 /// Runs a Hogwild training: creates the shared parameters, starts the workers with
 /// `launcher`, waits for them, evaluates. Fails if any worker failed.
-pub fn run(config: &HogwildConfig, launcher: &Launcher) -> Result<HogwildReport> {
+pub fn run(config: &HogwildConfig, launcher: &WorkerProgram) -> Result<HogwildReport> {
     run_with(config, launcher, &Reference)
 }
 
@@ -232,7 +232,7 @@ pub fn run(config: &HogwildConfig, launcher: &Launcher) -> Result<HogwildReport>
 /// [`worker_from_env_with`]).
 pub fn run_with(
     config: &HogwildConfig,
-    launcher: &Launcher,
+    launcher: &WorkerProgram,
     pieces: &dyn Pieces,
 ) -> Result<HogwildReport> {
     run_report_with(config, launcher, pieces)?.into_result()
@@ -240,14 +240,14 @@ pub fn run_with(
 
 /// [`run`], but returns the report even when workers failed (errors only for what
 /// stops the parent itself).
-pub fn run_report(config: &HogwildConfig, launcher: &Launcher) -> Result<HogwildReport> {
+pub fn run_report(config: &HogwildConfig, launcher: &WorkerProgram) -> Result<HogwildReport> {
     run_report_with(config, launcher, &Reference)
 }
 
 /// [`run_report`] with other [`Pieces`].
 pub fn run_report_with(
     config: &HogwildConfig,
-    launcher: &Launcher,
+    launcher: &WorkerProgram,
     pieces: &dyn Pieces,
 ) -> Result<HogwildReport> {
     config.validate()?;

@@ -34,7 +34,7 @@ pub(super) struct WorkerProc {
 impl Children {
     pub(super) fn spawn(
         config: &HogwildConfig,
-        launcher: &Launcher,
+        launcher: &WorkerProgram,
         name: &str,
     ) -> Result<Children> {
         let encoded = config.encode();

@@ -12,8 +12,9 @@ use tch::Device;
 use tch::nn::{self, ModuleT, OptimizerConfig};
 
 use super::{Pipeline, Schedule, micro_batch_sizes, simulate};
-use crate::data_parallel::cross_entropy;
 use crate::models::Blueprint;
+use crate::parity::{tensor_diff, worst};
+use crate::train::cross_entropy;
 use crate::{Error, Result};
 
 /// SGD steps [`equivalence`] compares.
@@ -123,7 +124,7 @@ pub fn equivalence(
                 r.loss
             )));
         }
-        let d = max_diff(&whole_vs, &pipe)?;
+        let d = stages_diff(&whole_vs, &pipe)?;
         param_diff = param_diff.max(d);
         if d > TOLERANCE || d.is_nan() {
             return Err(Error::Pipeline(format!(
@@ -173,7 +174,7 @@ fn sync_from(whole: &nn::VarStore, pipe: &Pipeline) -> Result<()> {
     })
 }
 
-fn max_diff(whole: &nn::VarStore, pipe: &Pipeline) -> Result<f64> {
+fn stages_diff(whole: &nn::VarStore, pipe: &Pipeline) -> Result<f64> {
     let whole = whole.variables();
     let mut seen = 0;
     let mut diff: f64 = 0.0;
@@ -185,13 +186,7 @@ fn max_diff(whole: &nn::VarStore, pipe: &Pipeline) -> Result<f64> {
                 )));
             };
             seen += 1;
-            let d = t
-                .f_to_device(Device::Cpu)?
-                .f_sub(w)?
-                .f_abs()?
-                .f_max()?
-                .f_double_value(&[])?;
-            diff = diff.max(if d.is_nan() { f64::NAN } else { d });
+            diff = worst(diff, tensor_diff(&name, &t, w)?);
         }
     }
     if seen != whole.len() {

@@ -53,8 +53,9 @@ use std::time::{Duration, Instant};
 use tch::nn::{self, ModuleT, OptimizerConfig};
 use tch::{Cuda, Device, Tensor};
 
-use crate::data_parallel::{LossFn, inherit_num_threads, panic_message};
 use crate::models::Blueprint;
+use crate::threads::{inherit_num_threads, panic_message};
+use crate::train::LossFn;
 use crate::{Error, Result};
 use stage::{Failure, Inbox, Input, PipeStage, StageCtx, StageOut, channels, run_stage};
 
@@ -329,9 +330,9 @@ impl Pipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::data_parallel::cross_entropy;
     use crate::models::{self, MlpConfig};
     use crate::pipeline::check::tests::mlp;
+    use crate::train::cross_entropy;
 
     /// The classic CPU + GPU split, where a GPU exists (visible skip otherwise).
     #[test]

@@ -17,8 +17,9 @@ use tch::{Device, Tensor};
 
 use super::{Action, Phase, Span};
 use crate::Error;
-use crate::data_parallel::{LossFn, backward_with_grad};
+use crate::autograd::backward_with_grad;
 use crate::models::Stage;
+use crate::train::LossFn;
 
 /// One stage: its layers, their variables and optimizer, on one device.
 #[derive(Debug)]

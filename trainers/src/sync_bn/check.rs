@@ -14,12 +14,13 @@ use tch::{Device, Tensor};
 use super::{BnMlp, Moments, Norm};
 use crate::comm::{all_reduce_mean_flat, buffer_mut};
 use crate::data::Dataset;
-/// What [`equivalence`] measured (DDP's check's: the largest difference, and how far
-/// the reference moved).
-pub use crate::ddp::check::Equivalence;
-use crate::ddp::check::{LR, max_diff, sgd, snapshot, with_data_ranks};
 use crate::metrics::{Metrics, StepRecord};
-use crate::train::Tally;
+/// What [`equivalence`] measured: the largest difference, and how far the
+/// reference moved.
+pub use crate::parity::Equivalence;
+use crate::parity::{LR, max_diff, reference_sgd, snapshot, worst};
+use crate::thread_ranks::with_data_ranks;
+use crate::train::{Tally, cross_entropy};
 use crate::{Error, Result};
 
 /// The checks' model: two hidden layers of 64, each with batch norm.
@@ -33,25 +34,6 @@ pub fn model(sizes: &[i64], norm: Norm, seed: i64) -> Result<(nn::VarStore, BnMl
         let m = BnMlp::new(&vs.root(), sizes, norm)?;
         Ok((vs, m))
     })
-}
-
-/// The mean cross-entropy of `logits` against class labels `y`.
-pub fn loss(logits: &Tensor, y: &Tensor) -> Result<Tensor> {
-    Ok(logits.f_cross_entropy_loss::<Tensor>(y, None, tch::Reduction::Mean, -100, 0.0)?)
-}
-
-fn rows(data: &Dataset, start: usize, n: usize) -> Result<(Tensor, Tensor)> {
-    if data.labels.size()[0] < (start + n) as i64 {
-        return Err(Error::InvalidArgument(format!(
-            "the data has {} rows, the check needs {}",
-            data.labels.size()[0],
-            start + n
-        )));
-    }
-    Ok((
-        data.images.f_narrow(0, start as i64, n as i64)?,
-        data.labels.f_narrow(0, start as i64, n as i64)?,
-    ))
 }
 
 /// One data-parallel step: forward, backward, gradients averaged over the
@@ -68,7 +50,7 @@ fn step(
     let fwd = m.forward(comm, x, true)?;
     let mut tally = Tally::new();
     tally.add_batch(&fwd.logits, y)?;
-    let l = loss(&fwd.logits, y)?;
+    let l = cross_entropy(&fwd.logits, y)?;
     m.backward(comm, fwd, &l)?;
     if comm.world_size() > 1 {
         let grads: Vec<Tensor> = vs.trainable_variables().iter().map(|v| v.grad()).collect();
@@ -93,9 +75,9 @@ pub fn equivalence(
     tch::set_num_threads(1);
     let want = with_data_ranks(1, data, Duration::from_secs(30), |_, comm, d| {
         let (vs, m) = model(&SIZES, Norm::Local, 12)?;
-        let mut opt = sgd(&vs)?;
+        let mut opt = reference_sgd(&vs)?;
         for s in 0..steps {
-            let (x, y) = rows(&d, s * world * b, world * b)?;
+            let (x, y) = d.rows(s * world * b, world * b)?;
             step(comm.as_ref(), &m, &vs, &mut opt, &x, &y)?;
         }
         Ok(snapshot(&vs))
@@ -106,22 +88,19 @@ pub fn equivalence(
     let moved = max_diff(&want, &snapshot(&init))?;
     let got = with_data_ranks(world, data, Duration::from_secs(30), |rank, comm, d| {
         let (vs, m) = model(&SIZES, Norm::Sync(moments.clone()), 12)?;
-        let mut opt = sgd(&vs)?;
+        let mut opt = reference_sgd(&vs)?;
         for s in 0..steps {
-            let (x, y) = rows(&d, s * world * b + rank * b, b)?;
+            let (x, y) = d.rows(s * world * b + rank * b, b)?;
             step(comm.as_ref(), &m, &vs, &mut opt, &x, &y)?;
         }
         Ok(snapshot(&vs))
     })?;
-    let mut worst = 0f64;
+    let mut max = 0f64;
     for g in got {
-        let d = max_diff(&g?, &want)?;
-        if d.is_nan() || d > worst {
-            worst = d;
-        }
+        max = worst(max, max_diff(&g?, &want)?);
     }
     Ok(Equivalence {
-        max_diff: worst,
+        max_diff: max,
         moved,
     })
 }
@@ -162,7 +141,7 @@ pub fn running_stats(
 ) -> Result<Vec<Trained>> {
     let out = with_data_ranks(world, data, Duration::from_secs(60), |rank, comm, d| {
         let (vs, m) = model(sizes, mode.norm.clone(), 12)?;
-        let mut opt = sgd(&vs)?;
+        let mut opt = reference_sgd(&vs)?;
         let mut running_means = Vec::new();
         let mut losses = Vec::new();
         let n = d.labels.size()[0] as usize;
@@ -179,7 +158,7 @@ pub fn running_stats(
                 }
             }
             let start = (s * world * b + rank * b) % (n - b).max(1);
-            let (x, y) = rows(&d, start, b)?;
+            let (x, y) = d.rows(start, b)?;
             let mut tally = step(comm.as_ref(), &m, &vs, &mut opt, &x, &y)?;
             losses.push(tally.loss());
             running_means.push(m.buffers()[0].copy());

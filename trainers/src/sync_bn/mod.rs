@@ -26,8 +26,8 @@ use collectives::{Communicator, Input, ReduceOp};
 use tch::nn::{self, Module};
 use tch::{Kind, Tensor};
 
+use crate::autograd::backward_with_grad;
 use crate::comm::buffer_mut;
-use crate::data_parallel::backward_with_grad;
 use crate::{Error, Result};
 
 /// PyTorch's defaults.

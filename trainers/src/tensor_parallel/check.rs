@@ -13,8 +13,10 @@ use tch::{Device, Tensor};
 
 use super::{AllReduceRow, RowForward, TpConfig, TpModel, shard};
 use crate::data::Dataset;
-use crate::ddp::check::{sgd, with_data_ranks};
+use crate::parity::{reference_sgd, tensor_diff, worst};
+use crate::thread_ranks::with_data_ranks;
 use crate::traffic::{Counted, Metered, Traffic};
+use crate::train::cross_entropy;
 use crate::{Error, Result};
 
 /// Seed of the unsplit model's parameters.
@@ -38,18 +40,10 @@ pub struct Equivalence {
     pub backward_all_reduces: Vec<u64>,
 }
 
+/// Rows `start..start + n`, images flattened to `[n, 784]`.
 fn rows(data: &Dataset, start: usize, n: usize) -> Result<(Tensor, Tensor)> {
-    let x = data
-        .images
-        .f_narrow(0, start as i64, n as i64)?
-        .f_reshape([n as i64, -1])?;
-    let y = data.labels.f_narrow(0, start as i64, n as i64)?;
-    Ok((x, y))
-}
-
-/// The mean cross-entropy of `logits` against class labels `y`.
-pub fn loss(logits: &Tensor, y: &Tensor) -> Result<Tensor> {
-    Ok(logits.f_cross_entropy_loss::<Tensor>(y, None, tch::Reduction::Mean, -100, 0.0)?)
+    let (x, y) = data.rows(start, n)?;
+    Ok((x.f_reshape([n as i64, -1])?, y))
 }
 
 fn need(data: &Dataset, rows: usize) -> Result<()> {
@@ -88,14 +82,14 @@ pub fn equivalence(
         let full = config.init(SEED)?;
         let vs = nn::VarStore::new(Device::Cpu);
         let model = TpModel::new(&vs, config, &full, 0, 1, Arc::new(AllReduceRow))?;
-        let mut opt = sgd(&vs)?;
+        let mut opt = reference_sgd(&vs)?;
         let mut first = None;
         for s in 0..steps {
             let (x, y) = rows(&d, s * batch, batch)?;
             opt.zero_grad();
             let fwd = model.forward(comm.as_ref(), &x)?;
             first.get_or_insert(fwd.logits.f_detach()?.copy());
-            let loss = loss(&fwd.logits, &y)?;
+            let loss = cross_entropy(&fwd.logits, &y)?;
             model.backward(comm.as_ref(), fwd, &loss)?;
             opt.step();
         }
@@ -111,7 +105,7 @@ pub fn equivalence(
         let vs = nn::VarStore::new(Device::Cpu);
         let start = config.init(SEED)?;
         let model = TpModel::new(&vs, config, &start, rank, world, row.clone())?;
-        let mut opt = sgd(&vs)?;
+        let mut opt = reference_sgd(&vs)?;
         let (mut fwd_calls, mut bwd_calls) = (Vec::new(), Vec::new());
         let mut logits = None;
         for s in 0..steps {
@@ -121,7 +115,7 @@ pub fn equivalence(
             let fwd = model.forward(&comm, &x)?;
             let mid = traffic.calls(Counted::AllReduce);
             logits.get_or_insert(fwd.logits.f_detach()?.copy());
-            let loss = loss(&fwd.logits, &y)?;
+            let loss = cross_entropy(&fwd.logits, &y)?;
             model.backward(&comm, fwd, &loss)?;
             fwd_calls.push(mid - before);
             bwd_calls.push(traffic.calls(Counted::AllReduce) - mid);
@@ -138,17 +132,13 @@ pub fn equivalence(
     };
     for (rank, g) in got.into_iter().enumerate() {
         let (params, logits, fwd_calls, bwd_calls) = g?;
-        out.max_diff = nan_max(
+        out.max_diff = worst(
             out.max_diff,
             max_abs_diff(&params, &want, config, rank, world)?,
         );
         if let Some(l) = logits {
-            let d = l
-                .f_sub(&first_logits)?
-                .f_abs()?
-                .f_max()?
-                .f_double_value(&[])?;
-            out.first_logits_diff = nan_max(out.first_logits_diff, d);
+            let d = tensor_diff("the first logits", &l, &first_logits)?;
+            out.first_logits_diff = worst(out.first_logits_diff, d);
         }
         if rank == 0 {
             out.forward_all_reduces = fwd_calls;
@@ -156,11 +146,6 @@ pub fn equivalence(
         }
     }
     Ok(out)
-}
-
-/// The larger, NaN winning (a NaN must not hide behind `max`).
-fn nan_max(a: f64, b: f64) -> f64 {
-    if b.is_nan() || b > a { b } else { a }
 }
 
 /// Largest |Δ| between rank `rank`'s shards `part` and the same slices of the
@@ -185,7 +170,7 @@ fn max_abs_diff(
             "fc2.weight" => w.f_narrow(1, start, len)?,
             _ => w.shallow_clone(),
         };
-        max = nan_max(max, p.f_sub(&w)?.f_abs()?.f_max()?.f_double_value(&[])?);
+        max = worst(max, tensor_diff(name, p, &w)?);
     }
     Ok(max)
 }
@@ -267,7 +252,7 @@ pub fn footprint(
             shard_world,
             Arc::new(AllReduceRow),
         )?;
-        let mut opt = sgd(&vs)?;
+        let mut opt = reference_sgd(&vs)?;
         let mut times = Vec::new();
         let mut activations = Default::default();
         let (mut bytes, mut calls, mut sent) = (0, 0, 0.0);
@@ -288,7 +273,7 @@ pub fn footprint(
             opt.zero_grad();
             let fwd = model.forward(&comm, &x)?;
             activations = fwd.activations;
-            let loss = loss(&fwd.logits, &y)?;
+            let loss = cross_entropy(&fwd.logits, &y)?;
             model.backward(&comm, fwd, &loss)?;
             if split == Split::Data {
                 crate::comm::all_reduce_mean_flat(&comm, &model.grads()?)?;

@@ -31,8 +31,8 @@ use collectives::{Communicator, Input, ReduceOp};
 use tch::nn;
 use tch::{Device, Kind, Tensor};
 
+use crate::autograd::backward_with_grad;
 use crate::comm::buffer_mut;
-use crate::data_parallel::backward_with_grad;
 use crate::{Error, Result};
 
 /// The rows (of `n`) that rank `rank` of `world` holds: `(start, len)`. The

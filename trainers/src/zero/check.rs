@@ -12,10 +12,11 @@ use tch::Tensor;
 
 use super::{GradPath, Memory, ReduceScatterStep, SgdStep, Stage, Zero, ZeroConfig};
 use crate::data::Dataset;
-/// What [`equivalence`] measured (DDP's check's: the largest difference, and how far
-/// the reference moved).
-pub use crate::ddp::check::Equivalence;
-use crate::ddp::check::with_data_ranks;
+/// What [`equivalence`] measured: the largest difference, and how far the
+/// reference moved.
+pub use crate::parity::Equivalence;
+use crate::parity::{tensor_diff, worst};
+use crate::thread_ranks::with_data_ranks;
 use crate::traffic::{Counted, Metered, Traffic};
 use crate::{Error, Result};
 
@@ -27,7 +28,8 @@ pub const SGD: SgdStep = SgdStep {
 /// Seed of the unsplit model's parameters.
 const SEED: i64 = 13;
 
-/// Rank `rank`'s rows of global step `step`: `b` rows each, rank after rank.
+/// Rank `rank`'s rows of global step `step`: `b` rows each, rank after rank,
+/// images flattened.
 fn rows(
     data: &Dataset,
     step: usize,
@@ -35,16 +37,8 @@ fn rows(
     world: usize,
     b: usize,
 ) -> Result<(Tensor, Tensor)> {
-    let start = ((step * world + rank) * b) as i64;
-    if data.labels.size()[0] < start + b as i64 {
-        return Err(Error::InvalidArgument(format!(
-            "the data has {} rows; step {step} of rank {rank} needs rows up to {}",
-            data.labels.size()[0],
-            start + b as i64
-        )));
-    }
-    let x = data.images.f_narrow(0, start, b as i64)?.f_flatten(1, -1)?;
-    Ok((x, data.labels.f_narrow(0, start, b as i64)?))
+    let (x, y) = data.rows((step * world + rank) * b, b)?;
+    Ok((x.f_flatten(1, -1)?, y))
 }
 
 /// `world` ranks train `config` with `stage` for `steps` steps of `b` rows
@@ -104,18 +98,13 @@ pub fn equivalence(
     let reference = want
         .first()
         .ok_or_else(|| Error::InvalidArgument("no ranks".into()))?;
-    for (a, b) in reference.iter().zip(&init) {
-        out.moved = out
-            .moved
-            .max(a.f_sub(b)?.f_abs()?.f_max()?.f_double_value(&[])?);
+    for (i, (a, b)) in reference.iter().zip(&init).enumerate() {
+        out.moved = worst(out.moved, tensor_diff(&format!("parameter {i}"), a, b)?);
     }
     for rank in got.iter().chain(&want) {
-        for (a, b) in rank.iter().zip(reference) {
-            let d = a.f_sub(b)?.f_abs()?.f_max()?.f_double_value(&[])?;
-            // A NaN must not hide behind max().
-            if d.is_nan() || d > out.max_diff {
-                out.max_diff = d;
-            }
+        for (i, (a, b)) in rank.iter().zip(reference).enumerate() {
+            let d = tensor_diff(&format!("parameter {i}"), a, b)?;
+            out.max_diff = worst(out.max_diff, d);
         }
     }
     Ok(out)

@@ -42,8 +42,8 @@ use std::sync::Arc;
 use collectives::{Communicator, Input, ReduceOp};
 use tch::{Kind, Tensor};
 
+use crate::autograd::backward_with_grad;
 use crate::comm::{buffer, buffer_mut};
-use crate::data_parallel::backward_with_grad;
 use crate::{Error, Result};
 
 /// How much of the model state is sharded.

@@ -8,9 +8,9 @@
 //! (empty code blocks, internal links, one chapter per lab, and a headless
 //! Chromium load of every page with no broken image).
 
+mod chromium;
 pub mod includes;
 pub mod mdbook;
-mod render;
 mod site;
 
 use crate::labs::info::{self, Lab};
@@ -76,7 +76,7 @@ pub fn check(root: &Path) -> Result<()> {
         bail!("mdbook reported an error: {line}");
     }
     let pages = site::check_pages(out.path())?;
-    render::no_broken_images(out.path(), &pages)?;
+    chromium::no_broken_images(out.path(), &pages)?;
     ui::say(&format!(
         "book: {} pages built, linked and rendered",
         pages.len()

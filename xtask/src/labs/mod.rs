@@ -13,7 +13,7 @@
 pub mod info;
 pub mod progress;
 
-use crate::steps::cargo;
+use crate::cargo::cargo;
 use crate::ui;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};

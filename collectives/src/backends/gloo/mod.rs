@@ -12,10 +12,11 @@
 //! [`Error::Timeout`], every other C++ exception an [`Error::Protocol`] — none
 //! escapes as an abort. After any error the communicator refuses further calls.
 //!
-//! **all_reduce algorithm**: `RINGSIDE_GLOO_ALGO=ring|ring_chunked|halving_doubling|bcube|default`
-//! if set, else `opts.algo` (the same `--algo` as the reference backend's):
-//! `ring`, `ring-chunked`, `halving-doubling`, `bcube`, and anything else
-//! (`auto`, or a reference-only name) → default. `default`, `ring` and `bcube`
+//! **all_reduce algorithm**: `opts.algo` (the same `--algo` as the reference
+//! backend's): `ring`, `ring-chunked`, `halving-doubling`, `bcube`, and a
+//! reference-only name → default; with `--algo auto` (no algorithm asked for),
+//! `RINGSIDE_GLOO_ALGO=ring|ring_chunked|halving_doubling|bcube|default` if
+//! set, else default. `default`, `ring` and `bcube`
 //! are `gloo::allreduce` (the entry point PyTorch's ProcessGroupGloo calls)
 //! with Gloo's choice, `Algorithm::RING` or `Algorithm::BCUBE`.
 //! `ring_chunked` and `halving_doubling` exist only as Gloo's classic
@@ -209,22 +210,26 @@ impl GlooAlgo {
         })
     }
 
-    /// `RINGSIDE_GLOO_ALGO` if set, else the closest match to `algo`.
+    /// The closest match to `algo` when one was asked for (`--algo`, or
+    /// `RINGSIDE_ALGO`), else `RINGSIDE_GLOO_ALGO` if set, else Gloo's
+    /// default: a flag wins over an environment variable, as every other
+    /// `RINGSIDE_*` variable loses to its flag.
     pub fn choose(algo: Algo) -> Result<GlooAlgo> {
-        match std::env::var("RINGSIDE_GLOO_ALGO") {
-            Ok(s) => GlooAlgo::parse(&s).ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "RINGSIDE_GLOO_ALGO={s:?}: expected ring, ring_chunked, halving_doubling, bcube or default"
-                ))
-            }),
-            Err(_) => Ok(match algo {
-                Algo::Ring => GlooAlgo::Ring,
-                Algo::RingChunked => GlooAlgo::RingChunked,
-                Algo::HalvingDoubling => GlooAlgo::HalvingDoubling,
-                Algo::Bcube => GlooAlgo::Bcube,
-                Algo::Auto | Algo::RecursiveDoubling | Algo::Tree => GlooAlgo::Default,
-            }),
-        }
+        Ok(match algo {
+            Algo::Ring => GlooAlgo::Ring,
+            Algo::RingChunked => GlooAlgo::RingChunked,
+            Algo::HalvingDoubling => GlooAlgo::HalvingDoubling,
+            Algo::Bcube => GlooAlgo::Bcube,
+            Algo::RecursiveDoubling | Algo::Tree => GlooAlgo::Default,
+            Algo::Auto => match std::env::var("RINGSIDE_GLOO_ALGO") {
+                Ok(s) => GlooAlgo::parse(&s).ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "RINGSIDE_GLOO_ALGO={s:?}: expected ring, ring_chunked, halving_doubling, bcube or default"
+                    ))
+                })?,
+                Err(_) => GlooAlgo::Default,
+            },
+        })
     }
 }
 

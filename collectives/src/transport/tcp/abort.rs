@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 use super::Peer;
-use super::progress::{Outgoing, lost_or_io};
+use super::outgoing::{Outgoing, lost_or_io};
 use crate::Collective;
 use crate::deadline::Deadline;
 use crate::element::DType;

@@ -36,6 +36,7 @@
 
 mod abort;
 mod handshake;
+mod outgoing;
 mod progress;
 #[cfg(test)]
 mod tests;
@@ -44,7 +45,8 @@ use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
-use self::progress::{Dest, Incoming, Outgoing, progress_loop, spin_budget};
+use self::outgoing::Outgoing;
+use self::progress::{Dest, Incoming, progress_loop, spin_budget};
 use super::{Frame, HEADER_LEN, Sink, SinkWriter, Tag, Transport, TransportOptions};
 use crate::error::{Error, Result};
 use crate::rendezvous::Store;

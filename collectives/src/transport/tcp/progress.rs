@@ -8,10 +8,11 @@ use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 use super::abort::{check_send_peer, read_abort, send_failed};
+use super::outgoing::{Outgoing, lost_or_io};
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
-use crate::sys::socket::{recv1, recv2, send2};
-use crate::sys::{connection_lost, poll_ms};
+use crate::sys::poll_ms;
+use crate::sys::socket::{recv1, recv2};
 use crate::transport::{FLAG_ABORT, Frame, HEADER_LEN, SinkWriter, Tag};
 
 /// Payloads up to this size are received together with their header (one
@@ -19,48 +20,6 @@ use crate::transport::{FLAG_ABORT, Frame, HEADER_LEN, SinkWriter, Tag};
 /// second syscall, and a mismatched frame never scribbles over the caller's
 /// buffer.
 const SMALL_PAYLOAD: usize = 64 * 1024;
-
-/// One outgoing frame in flight.
-pub(super) struct Outgoing<'a> {
-    pub(super) peer: usize,
-    pub(super) fd: RawFd,
-    pub(super) header: [u8; HEADER_LEN],
-    pub(super) payload: &'a [u8],
-    /// Bytes of header + payload sent so far.
-    pub(super) sent: usize,
-    /// Whether to watch the peer's incoming bytes for an abort frame while our
-    /// send is blocked (a peer that gave up stops reading from us).
-    pub(super) watch: bool,
-}
-
-impl Outgoing<'_> {
-    pub(super) fn total(&self) -> usize {
-        HEADER_LEN + self.payload.len()
-    }
-
-    pub(super) fn done(&self) -> bool {
-        self.sent == self.total()
-    }
-
-    /// Sends as much as the socket takes now; `Ok(())` when done or when the
-    /// socket would block.
-    fn progress(&mut self) -> io::Result<()> {
-        while !self.done() {
-            let (h, p) = if self.sent < HEADER_LEN {
-                (&self.header[self.sent..], self.payload)
-            } else {
-                (&[][..], &self.payload[self.sent - HEADER_LEN..])
-            };
-            match send2(self.fd, h, p) {
-                Ok(n) => self.sent += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    }
-}
 
 pub(super) enum Dest<'a> {
     /// Received bytes go straight into the caller's buffer.
@@ -327,19 +286,6 @@ fn waiting_for(tag: &Tag, out: Option<&Outgoing<'_>>, inc: Option<&Incoming<'_>>
         ));
     }
     parts.join(" and ")
-}
-
-/// Maps a socket error to [`Error::PeerLost`] when it means the connection
-/// is gone, to [`Error::Io`] otherwise.
-pub(super) fn lost_or_io(peer: usize, e: io::Error, doing: String) -> Error {
-    if connection_lost(&e) {
-        Error::PeerLost {
-            rank: peer,
-            detail: format!("{e} while {doing}"),
-        }
-    } else {
-        Error::io(format!("{doing} (rank {peer})"), e)
-    }
 }
 
 /// Busy-poll budget: 50 µs while every rank can have a core of its own

@@ -1,4 +1,4 @@
-//! What the runner can launch, by name: each [`Label`] is one implementation
+//! What the runner can launch, by name: each [`Impl`] is one implementation
 //! of all_reduce (a library called directly, or ringside with a backend and
 //! transport), named as the `label` of its records.
 
@@ -8,9 +8,10 @@ use std::str::FromStr;
 use crate::{Error, Result};
 
 /// One all_reduce implementation the `peers` runner knows how to launch
-/// (flag `--impl`; the same idea as `ringside bench`'s `Label`).
+/// (flag `--impl`; its name is the `label` of its records, as a backend's
+/// is in `ringside bench`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Label {
+pub enum Impl {
     /// OpenMPI `MPI_Allreduce` via `mpirun`, shared-memory BTL (vader).
     Mpi,
     /// `gloo::AllreduceRing` over Gloo's TCP transport.
@@ -30,10 +31,10 @@ pub enum Label {
     /// `Algorithm::RING` through ringside's Communicator (the wrapper's
     /// overhead against `gloo-allreduce`, which calls the same function).
     RingsideGloo,
-    /// `RINGSIDE_GLOO_ALGO=ring_chunked ringside sweep --backend gloo`:
+    /// `ringside sweep --backend gloo --algo ring-chunked`:
     /// `gloo::AllreduceRingChunked` through ringside (against `gloo-ring-chunked`).
     RingsideGlooRingChunked,
-    /// `RINGSIDE_GLOO_ALGO=halving_doubling ringside sweep --backend gloo`:
+    /// `ringside sweep --backend gloo --algo halving-doubling`:
     /// `gloo::AllreduceHalvingDoubling` through ringside (against
     /// `gloo-halving-doubling`).
     RingsideGlooHalvingDoubling,
@@ -42,55 +43,55 @@ pub enum Label {
     RingsideMpi,
 }
 
-impl Label {
+impl Impl {
     /// Every implementation, in table order.
-    pub const ALL: [Label; 11] = [
-        Label::Mpi,
-        Label::GlooRing,
-        Label::GlooRingChunked,
-        Label::GlooHalvingDoubling,
-        Label::GlooAllreduce,
-        Label::RingsideShm,
-        Label::RingsideTcp,
-        Label::RingsideGloo,
-        Label::RingsideGlooRingChunked,
-        Label::RingsideGlooHalvingDoubling,
-        Label::RingsideMpi,
+    pub const ALL: [Impl; 11] = [
+        Impl::Mpi,
+        Impl::GlooRing,
+        Impl::GlooRingChunked,
+        Impl::GlooHalvingDoubling,
+        Impl::GlooAllreduce,
+        Impl::RingsideShm,
+        Impl::RingsideTcp,
+        Impl::RingsideGloo,
+        Impl::RingsideGlooRingChunked,
+        Impl::RingsideGlooHalvingDoubling,
+        Impl::RingsideMpi,
     ];
 
     /// The default selection: what the project's targets compare.
-    pub const DEFAULT: [Label; 4] = [
-        Label::Mpi,
-        Label::GlooRing,
-        Label::RingsideShm,
-        Label::RingsideTcp,
+    pub const DEFAULT: [Impl; 4] = [
+        Impl::Mpi,
+        Impl::GlooRing,
+        Impl::RingsideShm,
+        Impl::RingsideTcp,
     ];
 
     /// The name used on the command line, in tables and as the JSON `impl`
     /// the peers print.
     pub fn name(self) -> &'static str {
         match self {
-            Label::Mpi => "mpi",
-            Label::GlooRing => "gloo-ring",
-            Label::GlooRingChunked => "gloo-ring-chunked",
-            Label::GlooHalvingDoubling => "gloo-halving-doubling",
-            Label::GlooAllreduce => "gloo-allreduce",
-            Label::RingsideShm => "ringside-shm",
-            Label::RingsideTcp => "ringside-tcp",
-            Label::RingsideGloo => "ringside-gloo",
-            Label::RingsideGlooRingChunked => "ringside-gloo-ring-chunked",
-            Label::RingsideGlooHalvingDoubling => "ringside-gloo-halving-doubling",
-            Label::RingsideMpi => "ringside-mpi",
+            Impl::Mpi => "mpi",
+            Impl::GlooRing => "gloo-ring",
+            Impl::GlooRingChunked => "gloo-ring-chunked",
+            Impl::GlooHalvingDoubling => "gloo-halving-doubling",
+            Impl::GlooAllreduce => "gloo-allreduce",
+            Impl::RingsideShm => "ringside-shm",
+            Impl::RingsideTcp => "ringside-tcp",
+            Impl::RingsideGloo => "ringside-gloo",
+            Impl::RingsideGlooRingChunked => "ringside-gloo-ring-chunked",
+            Impl::RingsideGlooHalvingDoubling => "ringside-gloo-halving-doubling",
+            Impl::RingsideMpi => "ringside-mpi",
         }
     }
 
     /// The Gloo peer's `-a` value, for Gloo implementations.
     pub fn gloo_algorithm(self) -> Option<&'static str> {
         match self {
-            Label::GlooRing => Some("ring"),
-            Label::GlooRingChunked => Some("ring_chunked"),
-            Label::GlooHalvingDoubling => Some("halving_doubling"),
-            Label::GlooAllreduce => Some("allreduce"),
+            Impl::GlooRing => Some("ring"),
+            Impl::GlooRingChunked => Some("ring_chunked"),
+            Impl::GlooHalvingDoubling => Some("halving_doubling"),
+            Impl::GlooAllreduce => Some("allreduce"),
             _ => None,
         }
     }
@@ -99,64 +100,54 @@ impl Label {
     /// ringside implementations.
     pub fn ringside_args(self) -> Option<&'static [&'static str]> {
         match self {
-            Label::RingsideShm => Some(&["--transport", "shm"]),
-            Label::RingsideTcp => Some(&["--transport", "tcp"]),
-            Label::RingsideGloo => Some(&["--backend", "gloo", "--algo", "ring"]),
-            Label::RingsideGlooRingChunked | Label::RingsideGlooHalvingDoubling => {
-                Some(&["--backend", "gloo"])
+            Impl::RingsideShm => Some(&["--transport", "shm"]),
+            Impl::RingsideTcp => Some(&["--transport", "tcp"]),
+            Impl::RingsideGloo => Some(&["--backend", "gloo", "--algo", "ring"]),
+            Impl::RingsideGlooRingChunked => Some(&["--backend", "gloo", "--algo", "ring-chunked"]),
+            Impl::RingsideGlooHalvingDoubling => {
+                Some(&["--backend", "gloo", "--algo", "halving-doubling"])
             }
             _ => None,
         }
     }
 
-    /// Environment a ringside implementation runs with: the Gloo classic
-    /// algorithms are chosen by `RINGSIDE_GLOO_ALGO` (ringside's `--algo`
-    /// names its own algorithms).
-    pub fn ringside_env(self) -> &'static [(&'static str, &'static str)] {
-        match self {
-            Label::RingsideGlooRingChunked => &[("RINGSIDE_GLOO_ALGO", "ring_chunked")],
-            Label::RingsideGlooHalvingDoubling => &[("RINGSIDE_GLOO_ALGO", "halving_doubling")],
-            _ => &[],
-        }
-    }
-
     /// All names, comma-separated (for help and errors).
     pub fn names() -> String {
-        Label::ALL.map(Label::name).join(",")
+        Impl::ALL.map(Impl::name).join(",")
     }
 
     /// Parses a comma-separated list (`mpi,gloo-ring`), dropping repeats
     /// but keeping the order given.
-    pub fn parse_list(list: &str) -> Result<Vec<Label>> {
+    pub fn parse_list(list: &str) -> Result<Vec<Impl>> {
         let mut out = Vec::new();
         for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let imp: Label = part.parse()?;
+            let imp: Impl = part.parse()?;
             if !out.contains(&imp) {
                 out.push(imp);
             }
         }
         if out.is_empty() {
-            return Err(Error::UnknownLabel(list.to_string()));
+            return Err(Error::UnknownImpl(list.to_string()));
         }
         Ok(out)
     }
 }
 
-impl fmt::Display for Label {
+impl fmt::Display for Impl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
 }
 
-impl FromStr for Label {
+impl FromStr for Impl {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self> {
         let s = s.trim().to_ascii_lowercase().replace('_', "-");
-        Label::ALL
+        Impl::ALL
             .into_iter()
             .find(|i| i.name() == s)
-            .ok_or(Error::UnknownLabel(s))
+            .ok_or(Error::UnknownImpl(s))
     }
 }
 
@@ -166,27 +157,27 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for i in Label::ALL {
-            assert_eq!(i.name().parse::<Label>().unwrap(), i);
+        for i in Impl::ALL {
+            assert_eq!(i.name().parse::<Impl>().unwrap(), i);
         }
     }
 
     #[test]
     fn parse_list_keeps_order_and_drops_repeats() {
-        let l = Label::parse_list("ringside-tcp, mpi,gloo_ring,mpi").unwrap();
-        assert_eq!(l, vec![Label::RingsideTcp, Label::Mpi, Label::GlooRing]);
+        let l = Impl::parse_list("ringside-tcp, mpi,gloo_ring,mpi").unwrap();
+        assert_eq!(l, vec![Impl::RingsideTcp, Impl::Mpi, Impl::GlooRing]);
     }
 
     #[test]
     fn parse_list_rejects_unknown_and_empty() {
-        assert!(Label::parse_list("mpi,nccl").is_err());
-        assert!(Label::parse_list(" , ").is_err());
+        assert!(Impl::parse_list("mpi,nccl").is_err());
+        assert!(Impl::parse_list(" , ").is_err());
     }
 
     #[test]
     fn gloo_algorithm_names_match_peer_impl_names() {
         // The Gloo peer prints "gloo-" + algo with '_' -> '-'.
-        for i in Label::ALL {
+        for i in Impl::ALL {
             if let Some(a) = i.gloo_algorithm() {
                 assert_eq!(format!("gloo-{}", a.replace('_', "-")), i.name());
             }

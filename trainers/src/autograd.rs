@@ -1,0 +1,17 @@
+//! What tch 0.24's autograd lacks and the parallel trainers need: a backward
+//! pass that starts from a given gradient (a pipeline stage, a ZeRO shard, a
+//! tensor-parallel block receive theirs from another rank).
+
+use tch::{Kind, Tensor};
+
+use crate::Result;
+
+/// Backpropagates from `output` with `grad` as its incoming gradient.
+///
+/// tch 0.24 has no `backward(gradient)`; `sum(output * grad)` has exactly `grad` as its
+/// gradient with respect to `output` (the product's backward multiplies by 1.0), so its
+/// plain backward is the same computation.
+pub fn backward_with_grad(output: &Tensor, grad: &Tensor) -> Result<()> {
+    output.f_mul(grad)?.f_sum(Kind::Float)?.f_backward()?;
+    Ok(())
+}
