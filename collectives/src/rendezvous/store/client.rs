@@ -337,13 +337,6 @@ impl Hello<'_> {
         };
         match f.u8().map_err(not_a_store)? {
             ST_OK => {}
-            // A store of protocol 1 read our nonce as its token.
-            ST_AUTH => {
-                return Err(HelloFail::Fatal(Error::Auth(format!(
-                    "the store at {endpoint} took our hello for a wrong job token: it speaks \
-                     an older store protocol (every rank must run the same ringside build)"
-                ))));
-            }
             st => return Err(HelloFail::Fatal(status_error(endpoint, st, &mut f))),
         }
         let mut server_nonce = [0u8; NONCE];
