@@ -281,8 +281,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             };
             bench::bytes_needed(&case, world)
         })
-        .max()
-        .unwrap_or(0);
+        .try_fold(0, |most, need| need.map(|n| n.max(most)))
+        .with_context(|| format!("-e {}", args.max_bytes))?;
     bench::check_fits(
         largest,
         rdv.info.local_world_size,

@@ -81,7 +81,7 @@ pub fn run(args: SweepArgs) -> anyhow::Result<i32> {
         bytes: sizes.last().copied().unwrap_or(0),
     };
     bench::check_fits(
-        bench::bytes_needed(&largest, comm.world_size()),
+        bench::bytes_needed(&largest, comm.world_size())?,
         rdv.info.local_world_size,
         bench::available_bytes(),
         "-e",

@@ -101,7 +101,7 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         bytes: sizes.last().copied().unwrap_or(0),
     };
     bench::check_fits(
-        bench::bytes_needed(&largest, rdv.info.world_size),
+        bench::bytes_needed(&largest, rdv.info.world_size)?,
         rdv.info.local_world_size,
         bench::available_bytes(),
         "--max-bytes",

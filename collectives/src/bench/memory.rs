@@ -9,11 +9,21 @@ use crate::error::{Error, Result};
 /// The bytes one rank allocates for `case` at `n` ranks: the timed input and
 /// output buffers, and as much again for the check's fresh input, output and
 /// expected values (an estimate from above: backends' own scratch is small
-/// beside it).
-pub fn bytes_needed(case: &Case, n: usize) -> u64 {
+/// beside it). An error where that is more than 2^64 bytes (`-e` near
+/// `u64::MAX`), which no memory holds: counted in `u64` it wrapped to a small
+/// number, passed the check, and the allocation aborted the process.
+pub fn bytes_needed(case: &Case, n: usize) -> Result<u64> {
     let shape = Shape::of(case.collective, case.bytes, n, case.dtype);
-    let e = case.dtype.size() as u64;
-    2 * (shape.input as u64 + shape.output as u64) * e
+    let e = case.dtype.size() as u128;
+    // Two usize counts times a small element size times 2 cannot overflow u128.
+    let need = 2 * (shape.input as u128 + shape.output as u128) * e;
+    u64::try_from(need).map_err(|_| {
+        Error::InvalidArgument(format!(
+            "{} bytes × 2 buffers (input and output) × 2 (timed, then checked) per rank \
+             does not fit in memory (more than 2^64 bytes): lower the largest size",
+            case.bytes
+        ))
+    })
 }
 
 /// What this process may still allocate: the smaller of the kernel's estimate of
@@ -52,10 +62,17 @@ pub fn check_fits(
     available: Option<u64>,
     size_flag: &str,
 ) -> Result<()> {
+    let ranks = local_ranks.max(1);
+    let Some(total) = needed_per_rank.checked_mul(ranks as u64) else {
+        // Refused whatever is available (even unknown): no memory holds it.
+        return Err(Error::InvalidArgument(format!(
+            "{needed_per_rank} bytes per rank × {ranks} ranks on this machine does not fit \
+             in memory (more than 2^64 bytes): lower {size_flag}"
+        )));
+    };
     let Some(available) = available else {
         return Ok(());
     };
-    let total = needed_per_rank.saturating_mul(local_ranks.max(1) as u64);
     if total <= available {
         return Ok(());
     }
@@ -65,7 +82,7 @@ pub fn check_fits(
          machine), and only {:.1} GiB is available (MemAvailable, ulimit -v): lower {size_flag}",
         gib(needed_per_rank),
         gib(total),
-        local_ranks.max(1),
+        ranks,
         gib(available)
     )))
 }
@@ -89,12 +106,12 @@ mod tests {
     #[test]
     fn needs_count_the_gathered_output() {
         assert_eq!(
-            bytes_needed(&case(Collective::AllReduce, 1 << 20), 4),
+            bytes_needed(&case(Collective::AllReduce, 1 << 20), 4).unwrap(),
             4 << 20
         );
         // all_gather: 1/4 in, the whole gathered buffer out.
         assert_eq!(
-            bytes_needed(&case(Collective::AllGather, 1 << 20), 4),
+            bytes_needed(&case(Collective::AllGather, 1 << 20), 4).unwrap(),
             2 * (5 << 18)
         );
     }
@@ -102,7 +119,7 @@ mod tests {
     /// `-e 200G` allocated until the OOM killer fired (exit 137 after 51 s).
     #[test]
     fn a_sweep_larger_than_memory_is_refused_with_the_figures() {
-        let need = bytes_needed(&case(Collective::AllReduce, 200 << 30), 2);
+        let need = bytes_needed(&case(Collective::AllReduce, 200 << 30), 2).unwrap();
         let e = check_fits(need, 2, Some(20 << 30), "-e")
             .unwrap_err()
             .to_string();
@@ -120,5 +137,35 @@ mod tests {
         let text = "MemTotal:       24000000 kB\nMemAvailable:   2048 kB\n";
         assert_eq!(mem_available(text), Some(2 << 20));
         assert_eq!(mem_available("MemTotal: 1 kB\n"), None);
+    }
+
+    /// `bench -b 4G -e 18446744073709551615` aborted (SIGABRT): the need,
+    /// counted in u64, wrapped to a small number, passed the check, and the
+    /// allocation failed.
+    #[test]
+    fn sizes_near_u64_max_are_refused_not_wrapped() {
+        let max = usize::MAX;
+        for c in [
+            Collective::AllReduce,
+            Collective::AllGather,
+            Collective::ReduceScatter,
+            Collective::AllToAll,
+        ] {
+            let e = bytes_needed(&case(c, max), 2).unwrap_err().to_string();
+            assert!(
+                e.contains(&max.to_string()) && e.contains("does not fit in memory"),
+                "{c:?}: {e}"
+            );
+        }
+        // Just below the edge per rank, but not for several ranks, and refused
+        // even where the available memory is unknown.
+        let need = bytes_needed(&case(Collective::AllReduce, 1 << 61), 2).unwrap();
+        assert_eq!(need, 1 << 63);
+        let e = check_fits(need, 4, None, "-e").unwrap_err().to_string();
+        assert!(
+            e.contains("4 ranks") && e.contains("does not fit in memory") && e.contains("-e"),
+            "{e}"
+        );
+        assert!(check_fits(need, 1, None, "-e").is_ok());
     }
 }

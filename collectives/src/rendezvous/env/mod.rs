@@ -43,6 +43,9 @@ mod secret;
 pub const DEFAULT_MASTER_ADDR: &str = "127.0.0.1";
 /// The default `MASTER_PORT` (torchrun's).
 pub const DEFAULT_MASTER_PORT: u16 = 29500;
+/// How often a rank looks again for the job's secret file, or for a fresh one
+/// after the store refused the token it read.
+const SECRET_PAUSE: Duration = Duration::from_millis(20);
 
 /// Which launcher started this process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -495,9 +498,12 @@ pub fn connect(info: &RankInfo, timeout: Duration) -> Result<Rendezvous> {
         }
         None
     };
-    let server = if info.rank == 0 {
-        if let Some(path) = &secret {
-            info.token = secret::publish(path)?;
+    // Rank 0 binds before it publishes anything: if the port is taken (another
+    // job, another program) it fails with nothing written for the others to read.
+    // `published` removes the secret on every way out of this function.
+    let (server, published) = if info.rank == 0 {
+        if secret.is_some() {
+            info.token = Token::generate()?;
         }
         let server = StoreServer::bind(
             bind_addr(&info.master_addr, info.master_port),
@@ -505,7 +511,11 @@ pub fn connect(info: &RankInfo, timeout: Duration) -> Result<Rendezvous> {
             info.world_size,
         )?;
         info.master_port = server.local_addr().port();
-        Some(server)
+        let published = match &secret {
+            Some(path) => Some(secret::publish(path, &info.token)?),
+            None => None,
+        };
+        (Some(server), published)
     } else {
         if info.master_port == 0 {
             return Err(Error::Rendezvous(format!(
@@ -513,7 +523,7 @@ pub fn connect(info: &RankInfo, timeout: Duration) -> Result<Rendezvous> {
                 info.rank
             )));
         }
-        None
+        (None, None)
     };
     let store = loop {
         if info.rank != 0
@@ -524,7 +534,7 @@ pub fn connect(info: &RankInfo, timeout: Duration) -> Result<Rendezvous> {
             match secret::read(path) {
                 Some(t) => info.token = t,
                 None if !deadline.expired() => {
-                    std::thread::sleep(Duration::from_millis(20));
+                    std::thread::sleep(SECRET_PAUSE);
                     continue;
                 }
                 None => {
@@ -544,8 +554,10 @@ pub fn connect(info: &RankInfo, timeout: Duration) -> Result<Rendezvous> {
             info.world_size,
             deadline.remaining(),
         ) {
-            Err(Error::Auth(_)) if secret.is_some() && !deadline.expired() => {
-                std::thread::sleep(Duration::from_millis(20));
+            // Not after the last pause: the refusal is the error to report, not
+            // the dial that would find no time left.
+            Err(Error::Auth(_)) if secret.is_some() && deadline.remaining() > SECRET_PAUSE => {
+                std::thread::sleep(SECRET_PAUSE);
             }
             other => break other?,
         }
@@ -557,10 +569,8 @@ pub fn connect(info: &RankInfo, timeout: Duration) -> Result<Rendezvous> {
         info.world_size,
         deadline.remaining(),
     )?;
-    if let (true, Some(path)) = (info.rank == 0, &secret) {
-        // Every rank is in: nobody needs the file any more.
-        secret::remove(path);
-    }
+    // Every rank is in: nobody needs the file any more.
+    drop(published);
     info.token_derived = false;
     Ok(Rendezvous {
         store,

@@ -4,7 +4,13 @@
 //! the other ranks through a file only this user can read (mode 0600, in a 0700
 //! folder: `$XDG_RUNTIME_DIR/ringside/`, else `/tmp/ringside-<uid>/`), named after
 //! the derived token so that every rank of the job, and only it, finds the same
-//! file. Rank 0 removes the file once every rank has joined.
+//! file. Rank 0 publishes it only once its store listens (a port already taken
+//! fails before anything is written), and removes it once every rank has joined,
+//! or as soon as it fails or gives up before that ([`Published`] removes it when
+//! dropped). Only a rank 0 killed outright leaves one behind, which the next job
+//! of the same name replaces; a rank that reads such a stale token cannot
+//! complete the store's hello with it, and never sends it (the store proves the
+//! token first).
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
@@ -46,10 +52,23 @@ pub(super) fn path_in(dir: &Path, key: &Token) -> PathBuf {
     dir.join(format!("job-{key}.token"))
 }
 
-/// Rank 0: draws the job's token and publishes it at `path` (replacing a stale
-/// file of an earlier job with the same name), readable by this user only.
-pub(super) fn publish(path: &Path) -> Result<Token> {
-    let token = Token::generate()?;
+/// A published secret: the file is removed when this is dropped, on every way
+/// out of rank 0's rendezvous (joined, failed or timed out).
+#[derive(Debug)]
+pub(super) struct Published {
+    path: PathBuf,
+}
+
+impl Drop for Published {
+    fn drop(&mut self) {
+        remove(&self.path);
+    }
+}
+
+/// Rank 0: publishes the job's `token` at `path` (replacing a stale file of an
+/// earlier job with the same name), readable by this user only, until the
+/// returned guard is dropped.
+pub(super) fn publish(path: &Path, token: &Token) -> Result<Published> {
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
     let write = || -> std::io::Result<()> {
         let _ = fs::remove_file(&tmp);
@@ -66,7 +85,9 @@ pub(super) fn publish(path: &Path) -> Result<Token> {
         let _ = fs::remove_file(&tmp);
         Error::io(format!("writing the job secret {}", path.display()), e)
     })?;
-    Ok(token)
+    Ok(Published {
+        path: path.to_owned(),
+    })
 }
 
 /// The token at `path`, if the file is there, this user's and private.
@@ -86,9 +107,9 @@ pub(super) fn read(path: &Path) -> Option<Token> {
     Token::parse(&text).ok()
 }
 
-/// Removes the secret once every rank has joined (best effort: it only held a
-/// token that is useless once the job ends).
-pub(super) fn remove(path: &Path) {
+/// Removes the secret (best effort: it only held a token that is useless once
+/// the job ends).
+fn remove(path: &Path) {
     let _ = fs::remove_file(path);
 }
 
@@ -102,18 +123,20 @@ mod tests {
         let key = Token::from_bytes([3; 16]);
         let path = path_in(dir.path(), &key);
         assert!(read(&path).is_none());
-        let t = publish(&path).unwrap();
+        let t = Token::generate().unwrap();
+        let first = publish(&path, &t).unwrap();
         assert_eq!(read(&path), Some(t));
         let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         // A second job of the same name replaces a stale file.
-        let t2 = publish(&path).unwrap();
-        assert_ne!(t, t2);
+        std::mem::forget(first);
+        let t2 = Token::generate().unwrap();
+        let second = publish(&path, &t2).unwrap();
         assert_eq!(read(&path), Some(t2));
         // A file others could read is not trusted.
         fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
         assert!(read(&path).is_none());
-        remove(&path);
+        drop(second);
         assert!(!path.exists());
     }
 

@@ -2,6 +2,7 @@
 
 use super::*;
 use std::collections::HashMap;
+use std::time::Instant;
 
 fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
     let map: HashMap<String, String> = pairs
@@ -435,4 +436,96 @@ fn without_a_job_token_one_host_ranks_share_a_private_random_one() {
     // The file is gone once both joined.
     let dir = secret::private_dir().unwrap();
     assert!(!secret::path_in(&dir, &derived).exists());
+}
+
+/// Plain `RANK/WORLD_SIZE/MASTER_*` variables for `rank` of two on one host:
+/// a derived token, so the ranks share a secret through a private file.
+fn plain(rank: usize, port: u16) -> RankInfo {
+    let (rank, port) = (rank.to_string(), port.to_string());
+    info(&[
+        ("RANK", &rank),
+        ("WORLD_SIZE", "2"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", &port),
+    ])
+    .unwrap()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Regression: the secret file stayed behind when rank 0 failed or timed out
+/// before every rank had joined.
+#[test]
+fn a_rank_zero_that_gives_up_removes_the_secret() {
+    let i0 = plain(0, free_port());
+    let path = secret::path_in(&secret::private_dir().unwrap(), &i0.token);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (seen, e) = std::thread::scope(|s| {
+        let watcher = s.spawn(|| {
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                if path.exists() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            false
+        });
+        let e = connect(&i0, Duration::from_millis(500)).unwrap_err();
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        (watcher.join().unwrap(), e)
+    });
+    assert!(e.to_string().contains("ranks [1] to join"), "{e}");
+    assert!(seen, "the secret was never published");
+    assert!(!path.exists(), "the secret outlived rank 0's failure");
+}
+
+/// Regression: with another program listening on MASTER_PORT, rank 0 published
+/// the secret before failing to bind, and rank 1 sent it in its hello to that
+/// program. Now rank 0 publishes nothing; rank 1 waits for a secret that never
+/// comes, and even with a stale one (a rank 0 killed outright) it never sends
+/// the token, and says what it met.
+#[test]
+fn a_squatted_master_port_gets_no_secret() {
+    use crate::rendezvous::store::tests::{Squatter, contains, fake_challenge};
+    let squat = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = squat.local_addr().unwrap().port();
+    let squatter = Squatter::on(squat, Some(fake_challenge()));
+    let (i0, i1) = (plain(0, port), plain(1, port));
+    let path = secret::path_in(&secret::private_dir().unwrap(), &i0.token);
+
+    let e = connect(&i0, Duration::from_secs(2)).unwrap_err();
+    assert!(e.to_string().contains("address already in use"), "{e}");
+    assert!(
+        !path.exists(),
+        "rank 0 published a secret for a store it never ran"
+    );
+    let e = connect(&i1, Duration::from_millis(300)).unwrap_err();
+    assert!(e.to_string().contains("publish the job's secret"), "{e}");
+
+    let stale = Token::generate().unwrap();
+    let file = secret::publish(&path, &stale).unwrap();
+    let start = Instant::now();
+    let e = connect(&i1, Duration::from_secs(1)).unwrap_err();
+    let took = start.elapsed();
+    drop(file);
+    let msg = e.to_string();
+    assert!(matches!(e, Error::Auth(_)), "{e}");
+    assert!(
+        msg.contains("MASTER_PORT") && msg.contains("could not prove"),
+        "{msg}"
+    );
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+    let seen = squatter.finish();
+    assert!(!seen.is_empty(), "rank 1 never dialled the squatter");
+    for got in &seen {
+        assert!(!contains(got, &stale.bytes()) && !contains(got, stale.to_string().as_bytes()));
+        // The hello and nothing else: no proof made with the token.
+        assert_eq!(got.len(), 4 + 37, "{got:?}");
+    }
 }

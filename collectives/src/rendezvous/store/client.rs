@@ -6,6 +6,7 @@ use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::proof::{self, NONCE, PROOF, Transcript};
 use super::token::Token;
 use super::wire::{
     Body, Fields, MAGIC, MAX_FRAME, OP_ADD, OP_GET, OP_SET, ReadFail, ST_AUTH, ST_BAD_REQUEST,
@@ -28,6 +29,11 @@ const REDIAL: Redial = Redial {
     attempt: Duration::from_secs(2),
     retry: |_| true,
 };
+/// The first pause before dialling again after the store closed a hello; it
+/// doubles up to [`HELLO_MAX_PAUSE`].
+const HELLO_FIRST_PAUSE: Duration = Duration::from_millis(50);
+/// The longest pause between hellos.
+const HELLO_MAX_PAUSE: Duration = Duration::from_secs(1);
 
 struct Conn {
     stream: TcpStream,
@@ -58,9 +64,15 @@ impl TcpStore {
     ///
     /// Refused connections are retried until `timeout` has passed, since
     /// rank 0 may start after us; then it fails with [`Error::Timeout`]. A
-    /// wrong token fails with [`Error::Auth`], a world-size disagreement or a
-    /// rank out of range with [`Error::Rendezvous`]. `timeout` also bounds
-    /// every later request (and is how long `get` waits for a key).
+    /// hello the store closes before answering (it drops the oldest silent
+    /// connections when strangers flood it) is retried too, with a growing
+    /// pause, until `timeout`; then the error says what kept happening. The
+    /// token itself is never sent (see [`proof`](super::proof)): a store that
+    /// cannot prove it holds `token` (ranks with different tokens, or another
+    /// program on the port) fails with [`Error::Auth`] before the client proves
+    /// anything. A world-size disagreement or a rank out of range fails with
+    /// [`Error::Rendezvous`]. `timeout` also bounds every later request (and
+    /// is how long `get` waits for a key).
     pub fn connect(
         host: &str,
         port: u16,
@@ -76,53 +88,32 @@ impl TcpStore {
         }
         let endpoint = format!("{host}:{port}");
         let deadline = Deadline::after(timeout);
-        let mut stream = dial(host, port, &endpoint, &deadline)?;
-        let _ = stream.set_nodelay(true);
-        let hello = Body::default()
-            .raw(MAGIC)
-            .u8(VERSION)
-            .raw(&token.bytes())
-            .u64(rank as u64)
-            .u64(world_size as u64);
-        // The server answers a hello at once; if the dial used up the
-        // deadline, still give it a moment.
-        let until = Instant::now() + deadline.remaining().max(Duration::from_secs(1));
-        write_all_until(&mut stream, &hello.frame(), until)
-            .map_err(|e| Error::io(format!("sending hello to the store at {endpoint}"), e))?;
-        let answer = read_frame(&mut stream, MAX_FRAME, Some(until)).map_err(|e| match e {
-            ReadFail::Closed => Error::Rendezvous(format!(
-                "the store at {endpoint} closed the connection during the hello \
-                 (is something other than a ringside store listening there?)"
-            )),
-            ReadFail::TimedOut => deadline.error(format!(
-                "a hello reply from the store at {endpoint} \
-                 (is something other than a ringside store listening there?)"
-            )),
-            ReadFail::TooLarge(_) => Error::Protocol(format!(
-                "the service at {endpoint} does not speak the ringside store protocol"
-            )),
-            ReadFail::Io(e) => Error::io(format!("reading the hello reply from {endpoint}"), e),
-        })?;
-        let mut f = Fields(&answer);
-        let status = f.u8()?;
-        let msg = String::from_utf8_lossy(f.bytes().unwrap_or_default()).into_owned();
-        match status {
-            ST_OK => {}
-            ST_AUTH => {
-                return Err(Error::Auth(format!(
-                    "the store at {endpoint} rejected our job token; every rank of a job must \
-                     use the same RINGSIDE_JOB_TOKEN (or --token)"
-                )));
+        let started = Instant::now();
+        let mut pause = HELLO_FIRST_PAUSE;
+        let mut tries = 0u32;
+        let stream = loop {
+            let mut stream = dial(host, port, &endpoint, &deadline)?;
+            tries += 1;
+            let me = Hello {
+                endpoint: &endpoint,
+                token,
+                rank: rank as u64,
+                world: world_size as u64,
+                deadline: &deadline,
+            };
+            match me.handshake(&mut stream) {
+                Ok(()) => break stream,
+                Err(HelloFail::Fatal(e)) => return Err(e),
+                Err(HelloFail::Closed { proven }) => {
+                    let left = deadline.remaining();
+                    if left < pause {
+                        return Err(closed_during_hello(&endpoint, proven, tries, started));
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(HELLO_MAX_PAUSE);
+                }
             }
-            ST_RENDEZVOUS => {
-                return Err(Error::Rendezvous(format!("the store at {endpoint}: {msg}")));
-            }
-            other => {
-                return Err(Error::Protocol(format!(
-                    "the store at {endpoint} answered the hello with status {other}: {msg}"
-                )));
-            }
-        }
+        };
         Ok(TcpStore {
             conn: Mutex::new(Conn {
                 stream,
@@ -300,5 +291,152 @@ fn dial(host: &str, port: u16, endpoint: &str, deadline: &Deadline) -> Result<Tc
             "the store at {endpoint}, which stayed unreachable (last error: {last}); \
              is rank 0 running, and are MASTER_ADDR/MASTER_PORT right?"
         ))
+    })
+}
+
+/// Why one hello failed.
+enum HelloFail {
+    /// The store closed the connection before welcoming us (`proven`: after
+    /// it had proved it holds the token): worth dialling again.
+    Closed { proven: bool },
+    /// Anything else: retrying would give the same answer.
+    Fatal(Error),
+}
+
+/// One hello: the challenge–response of [`proof`](super::proof) on a fresh
+/// connection.
+struct Hello<'a> {
+    endpoint: &'a str,
+    token: &'a Token,
+    rank: u64,
+    world: u64,
+    deadline: &'a Deadline,
+}
+
+impl Hello<'_> {
+    fn handshake(&self, stream: &mut TcpStream) -> std::result::Result<(), HelloFail> {
+        let endpoint = self.endpoint;
+        let _ = stream.set_nodelay(true);
+        let client_nonce = proof::nonce().map_err(HelloFail::Fatal)?;
+        let hello = Body::default()
+            .raw(MAGIC)
+            .u8(VERSION)
+            .raw(&client_nonce)
+            .u64(self.rank)
+            .u64(self.world);
+        // The server answers a hello at once; if the dial used up the
+        // deadline, still give it a moment.
+        let until = Instant::now() + self.deadline.remaining().max(Duration::from_secs(1));
+        self.send(stream, hello, until, false)?;
+        let challenge = self.receive(stream, until, false)?;
+        let mut f = Fields(&challenge);
+        let not_a_store = |_| {
+            HelloFail::Fatal(Error::Protocol(format!(
+                "the service at {endpoint} does not speak the ringside store protocol"
+            )))
+        };
+        match f.u8().map_err(not_a_store)? {
+            ST_OK => {}
+            st => return Err(HelloFail::Fatal(status_error(endpoint, st, &mut f))),
+        }
+        let mut server_nonce = [0u8; NONCE];
+        server_nonce.copy_from_slice(f.take(NONCE).map_err(not_a_store)?);
+        let server_proof = f.take(PROOF).map_err(not_a_store)?;
+        let transcript = Transcript {
+            client_nonce,
+            server_nonce,
+            rank: self.rank,
+            world: self.world,
+        };
+        if !proof::same(&transcript.server_proof(self.token), server_proof) {
+            // Our proof is not sent to a service that could not show the token.
+            return Err(HelloFail::Fatal(Error::Auth(format!(
+                "the store at {endpoint} could not prove it holds this job's token, so we \
+                 did not prove ours: either the ranks were given different tokens (every \
+                 rank must use the same RINGSIDE_JOB_TOKEN or --token), or what listens \
+                 there is not this job's store (another job's, or another program on \
+                 MASTER_PORT)"
+            ))));
+        }
+        let answer = Body::default().raw(&transcript.client_proof(self.token));
+        self.send(stream, answer, until, true)?;
+        let welcome = self.receive(stream, until, true)?;
+        let mut f = Fields(&welcome);
+        match f.u8().map_err(not_a_store)? {
+            ST_OK => Ok(()),
+            ST_AUTH => Err(HelloFail::Fatal(Error::Auth(format!(
+                "the store at {endpoint} proved it holds our job token but refused our proof \
+                 of it (a ringside bug: please report it)"
+            )))),
+            st => Err(HelloFail::Fatal(status_error(endpoint, st, &mut f))),
+        }
+    }
+
+    fn send(
+        &self,
+        stream: &mut TcpStream,
+        body: Body,
+        until: Instant,
+        proven: bool,
+    ) -> std::result::Result<(), HelloFail> {
+        write_all_until(stream, &body.frame(), until)
+            .map_err(|e| self.read_fail(ReadFail::from(e), proven))
+    }
+
+    fn receive(
+        &self,
+        stream: &mut TcpStream,
+        until: Instant,
+        proven: bool,
+    ) -> std::result::Result<Vec<u8>, HelloFail> {
+        read_frame(stream, MAX_FRAME, Some(until)).map_err(|e| self.read_fail(e, proven))
+    }
+
+    fn read_fail(&self, fail: ReadFail, proven: bool) -> HelloFail {
+        let endpoint = self.endpoint;
+        HelloFail::Fatal(match fail {
+            ReadFail::Closed => return HelloFail::Closed { proven },
+            ReadFail::TimedOut if proven => self
+                .deadline
+                .error(format!("the store at {endpoint} to finish our hello")),
+            ReadFail::TimedOut => self.deadline.error(format!(
+                "a hello reply from {endpoint}: something accepts connections there but does \
+                 not answer like a ringside store (another program on MASTER_PORT?)"
+            )),
+            ReadFail::TooLarge(_) => Error::Protocol(format!(
+                "the service at {endpoint} does not speak the ringside store protocol"
+            )),
+            ReadFail::Io(e) => Error::io(format!("saying hello to the store at {endpoint}"), e),
+        })
+    }
+}
+
+/// A hello's status other than OK, with the store's message.
+fn status_error(endpoint: &str, status: u8, f: &mut Fields<'_>) -> Error {
+    let msg = String::from_utf8_lossy(f.bytes().unwrap_or_default()).into_owned();
+    match status {
+        ST_RENDEZVOUS => Error::Rendezvous(format!("the store at {endpoint}: {msg}")),
+        other => Error::Protocol(format!(
+            "the store at {endpoint} answered the hello with status {other}: {msg}"
+        )),
+    }
+}
+
+/// The error once every hello until the deadline was closed unanswered.
+fn closed_during_hello(endpoint: &str, proven: bool, tries: u32, started: Instant) -> Error {
+    let over = format!("{tries} tries in {:.1} s", started.elapsed().as_secs_f64());
+    Error::Rendezvous(if proven {
+        format!(
+            "the store at {endpoint} proved it holds the job token but kept closing the \
+             connection before welcoming us ({over}): it is flooded with connections that \
+             do not finish their hello, and drops the oldest"
+        )
+    } else {
+        format!(
+            "the store at {endpoint} kept closing the connection before answering the hello \
+             ({over}): either it is flooded with connections that never say hello and drops \
+             the oldest, or what listens there is not a ringside store (another program on \
+             MASTER_PORT?)"
+        )
     })
 }

@@ -2,18 +2,28 @@
 //!
 //! Rank 0 runs a [`StoreServer`]; every rank (rank 0 too) talks to it through a
 //! [`TcpStore`], which implements [`Store`](crate::rendezvous::Store). The
-//! server keeps everything in memory and serves each connection on its own
-//! thread, so a `get` that waits for a key blocks only its own connection.
+//! server keeps everything in memory, walks new connections through their
+//! hello on one thread (strangers cost no thread, and the longest-silent is
+//! closed when too many wait), and serves each connection that proved the
+//! token on its own thread, so a `get` that waits for a key blocks only its
+//! own connection.
 //!
-//! - `token.rs`: the job token every connection presents.
+//! - `token.rs`: the job token.
+//! - `proof.rs`: the challenge–response in which the server, then the client,
+//!   proves it holds the token.
 //! - `wire.rs`: the framing and message layout both sides speak.
 //! - `server.rs`: the store rank 0 hosts.
 //! - `client.rs`: every rank's connection to it.
 //!
-//! The token travels in clear text: it keeps other jobs and stray connections
-//! out of the store, not an attacker who can read the network.
+//! The token never travels: each side proves it holds it with an HMAC over
+//! fresh nonces, the server first, so a rank that dials the wrong service
+//! (another program squatting on `MASTER_PORT`) gives nothing away. The
+//! requests that follow are neither encrypted nor authenticated one by one:
+//! the store keeps other jobs and strangers out, not an attacker who can
+//! read or rewrite the network.
 
 mod client;
+mod proof;
 mod server;
 mod token;
 mod wire;

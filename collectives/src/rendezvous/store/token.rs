@@ -1,6 +1,7 @@
-//! The job token: 16 secret bytes every rank of a job shares, presented on
-//! every connection to the store (and, through [`TransportOptions`], to every
-//! transport peer), so other jobs and stray connections are kept out.
+//! The job token: 16 secret bytes every rank of a job shares, proved (never
+//! sent) on every connection to the store (see [`proof`](super::proof)), and
+//! presented, through [`TransportOptions`], to every transport peer, so other
+//! jobs and stray connections are kept out.
 //!
 //! [`TransportOptions`]: crate::transport::TransportOptions
 
@@ -134,16 +135,6 @@ impl Token {
             }
         }
         Token(h.to_le_bytes())
-    }
-
-    /// Compares without stopping at the first differing byte, so response
-    /// timing does not reveal how much of a guessed token was right.
-    pub(super) fn matches(&self, other: &[u8; 16]) -> bool {
-        self.0
-            .iter()
-            .zip(other)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
     }
 }
 

@@ -5,9 +5,17 @@
 //! Strings and byte strings inside a body are a `u32` length and the bytes;
 //! integers are little-endian `u64`/`i64`.
 //!
-//! - hello (client → server): `"RSKV"`, version `u8`, token `[u8; 16]`,
-//!   rank `u64`, world size `u64`. The server answers with a status byte and a
-//!   message, and closes the connection unless the status is OK.
+//! - hello (client → server): `"RSKV"`, version `u8`, client nonce `[u8; 16]`,
+//!   rank `u64`, world size `u64`.
+//! - challenge (server → client): status `u8`; if OK, the server's nonce
+//!   `[u8; 16]` and its proof `[u8; 32]` (see [`proof`](super::proof)), else a
+//!   message, and the server closes the connection.
+//! - proof (client → server), sent only once the server's proof checked out:
+//!   the client's proof `[u8; 32]`.
+//! - welcome (server → client): status `u8` and a message; the server closes
+//!   the connection unless the status is OK.
+//!
+//! The token itself never travels (version 1 sent it in the hello).
 //! - request: op `u8` (1 set, 2 get, 3 add), key, then the value (set), the
 //!   wait in milliseconds `u64` (get) or the delta `i64` (add).
 //! - reply: status `u8`, then the value (get), the new counter (add), or a
@@ -21,9 +29,10 @@ use crate::error::{Error, Result};
 use crate::sys::{connection_lost, is_timeout};
 
 pub(super) const MAGIC: &[u8; 4] = b"RSKV";
-pub(super) const VERSION: u8 = 1;
-/// A hello is tiny; a stranger cannot make the server allocate more before
-/// it has shown the token.
+/// 2: the challenge–response; 1 sent the token in clear in the hello.
+pub(super) const VERSION: u8 = 2;
+/// A hello or a proof is tiny; a stranger cannot make the server allocate
+/// more before it has proved it holds the token.
 pub(super) const MAX_HELLO: usize = 64;
 /// Store values are small (addresses, ids); this bounds memory a buggy
 /// client can make the server allocate.
