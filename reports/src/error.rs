@@ -17,10 +17,11 @@ pub enum Error {
     /// No input files were given, or none of them holds a record.
     #[error("nothing to report: {0}")]
     NoRecords(String),
-    /// The TTF font used for chart text is missing or unreadable.
+    /// The TTF/OTF file chosen for chart text is missing or unreadable (the
+    /// default, embedded font needs no file).
     #[error(
-        "cannot load the chart font {path}: {reason}; install the Debian package \
-         fonts-dejavu-core (`apt-get install fonts-dejavu-core`) or pass another TTF font"
+        "cannot load the chart font {path}: {reason}; pass another TTF/OTF file, or none \
+         to draw with the built-in DejaVu Sans"
     )]
     Font {
         /// The font file.

@@ -23,7 +23,9 @@ mod units;
 
 use std::path::{Path, PathBuf};
 
-pub use charts::{Chart, ChartKind, ChartOptions, DEFAULT_FONT, render_charts};
+pub use charts::{
+    Chart, ChartFailure, ChartKind, ChartOptions, Drawn, EMBEDDED_FONT, render_charts,
+};
 pub use dataset::{Dataset, Entry, Series, Source};
 pub use error::{Error, Result};
 pub use figure::render_figure;
@@ -99,20 +101,32 @@ fn write(path: PathBuf, bytes: &[u8], files: &mut Vec<PathBuf>) -> Result<()> {
 /// one PNG per chart into `opts.out_dir`.
 ///
 /// Everything is computed before the first file is written, so a bad input
-/// or a missing font leaves an earlier report untouched.
+/// or a font file that cannot be used leaves an earlier report untouched.
+/// A chart that cannot be drawn does not fail the report: the others are
+/// written, and the page and [`Summary::charts_not_drawn`] say which one is
+/// missing and why (the inputs, a lab's finished measurement, are never
+/// touched).
 pub fn write_report<P: AsRef<Path>>(inputs: &[P], opts: &ReportOptions) -> Result<Report> {
     let ds = Dataset::load(inputs)?;
     let fits = fit_dataset(&ds);
-    let summary = summarize(&ds, &fits);
+    let mut summary = summarize(&ds, &fits);
     let links = link_models(&fits);
     let scale = scale_predictions(&links, &opts.scale_sizes, &opts.scale_ranks);
+    // Bad options (size, font file) fail the whole report, up front.
+    charts::prepare(&opts.charts)?;
     // A lab's own figures first: they are what its run is about.
-    let mut charts = ds
-        .figures
-        .iter()
-        .map(|f| render_figure(f, &opts.charts))
-        .collect::<Result<Vec<_>>>()?;
-    charts.extend(render_charts(&ds, &fits, &opts.charts)?);
+    let mut charts = Vec::new();
+    for f in &ds.figures {
+        match render_figure(f, &opts.charts) {
+            Ok(c) => charts.push(c),
+            Err(e) => summary
+                .charts_not_drawn
+                .push(ChartFailure::from_error(&f.name, &e)),
+        }
+    }
+    let drawn = render_charts(&ds, &fits, &opts.charts)?;
+    charts.extend(drawn.charts);
+    summary.charts_not_drawn.extend(drawn.failed);
     let html = render_html(&Page {
         dataset: &ds,
         fits: &fits,

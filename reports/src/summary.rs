@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crate::charts::ChartFailure;
 use crate::dataset::Dataset;
 use crate::fit::{Fit, SeriesFit};
 use crate::results::Collective;
@@ -77,6 +78,9 @@ pub struct Summary {
     pub best: Vec<RangeBest>,
     /// The fits (regime model and α–β baseline).
     pub fits: Vec<SeriesFit>,
+    /// Charts that could not be drawn (filled in by [`crate::write_report`]):
+    /// the rest of the report is there, and this says what is missing.
+    pub charts_not_drawn: Vec<ChartFailure>,
 }
 
 /// Geometric mean of `b/a` over the sizes both maps have.
@@ -163,6 +167,7 @@ pub fn summarize(ds: &Dataset, fits: &[SeriesFit]) -> Summary {
         series: ds.series.len(),
         best,
         fits: fits.to_vec(),
+        charts_not_drawn: Vec::new(),
     }
 }
 
@@ -299,6 +304,9 @@ impl fmt::Display for Summary {
                     )?
                 }
             }
+        }
+        for failure in &self.charts_not_drawn {
+            writeln!(f, "{failure}")?;
         }
         Ok(())
     }
