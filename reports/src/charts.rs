@@ -280,10 +280,26 @@ fn log_range(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
         return None;
     }
     if hi / lo < 4.0 {
-        let mid = (hi * lo).sqrt();
+        // sqrt of each, not of the product: hi·lo overflows near f64::MAX.
+        let mid = hi.sqrt() * lo.sqrt();
         (lo, hi) = (mid / 2.0, mid * 2.0);
     }
-    Some((lo / 1.3, hi * 1.3))
+    let (lo, hi) = (lo / 1.3, hi * 1.3);
+    // Values near f64::MAX pad to infinity: no axis rather than an endless one.
+    (lo > 0.0 && hi.is_finite()).then_some((lo, hi))
+}
+
+/// Refuses an axis that plotters cannot draw in bounded time and memory: it
+/// makes tick marks per step (linear) or per decade (log) across the range,
+/// so an infinite or empty range asks for endless ones (a 24 GB allocation
+/// once, for times near 1e308).
+pub(crate) fn check_axis(name: &str, lo: f64, hi: f64, log: bool) -> Result<(), String> {
+    let finite = lo.is_finite() && hi.is_finite() && (hi - lo).is_finite();
+    if finite && lo < hi && (!log || lo > 0.0) {
+        Ok(())
+    } else {
+        Err(format!("the {name} axis would span {lo:e}..{hi:e}"))
+    }
 }
 
 /// Sizes between `lo` and `hi`, evenly spaced in log, for model curves.
@@ -748,6 +764,11 @@ fn draw_plot<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, plot: &Plot) -> 
     let s = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     root.fill(&WHITE).map_err(s)?;
     let (x0, x1) = plot.x_range;
+    check_axis("x", x0, x1, true)?;
+    match plot.y {
+        YAxis::Log(y0, y1) => check_axis("y", y0, y1, true)?,
+        YAxis::Linear(y0, y1) => check_axis("y", y0, y1, false)?,
+    }
     let x_spec = (x0..x1).log_scale().with_key_points(size_ticks(x0, x1));
     let x_fmt = |v: &f64| axis_bytes(*v);
     let mut builder = ChartBuilder::on(root);
@@ -1052,6 +1073,19 @@ mod tests {
         let (lo, hi) = log_range([5.0, 5.0].into_iter()).unwrap();
         assert!(lo < 5.0 && hi > 5.0 && hi / lo >= 4.0);
         assert!(log_range([0.0, f64::NAN].into_iter()).is_none());
+    }
+
+    #[test]
+    fn log_range_near_the_largest_float_is_none_not_infinite() {
+        for v in [[1e308, 1.7e308], [1e308, 1e308], [1.7e308, 1.7e308]] {
+            assert!(log_range(v.into_iter()).is_none(), "{v:?}");
+        }
+        let (lo, hi) = log_range([1e3, 1e15].into_iter()).unwrap();
+        assert!(lo < 1e3 && hi > 1e15 && hi.is_finite());
+        assert!(check_axis("y", 1.0, f64::INFINITY, true).is_err());
+        assert!(check_axis("y", -1e308, 1e308, false).is_err());
+        assert!(check_axis("y", 0.0, 1.0, true).is_err());
+        assert!(check_axis("y", 1e-300, 1e300, true).is_ok());
     }
 
     #[test]

@@ -14,6 +14,17 @@ pub enum Error {
     /// `measure` crate's errors, each naming the file).
     #[error(transparent)]
     Results(#[from] measure::Error),
+    /// A record's numbers cannot be charted or fitted: a time that is not
+    /// finite, negative or absurdly large (see [`crate::MAX_TIME_US`]).
+    #[error("{path}: record {record}: {reason}")]
+    BadRecord {
+        /// The results file holding it.
+        path: PathBuf,
+        /// Which record: label, collective, size and world.
+        record: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// No input files were given, or none of them holds a record.
     #[error("nothing to report: {0}")]
     NoRecords(String),

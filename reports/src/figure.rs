@@ -70,6 +70,8 @@ fn draw_lines<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Figure) -> 
     let points = || f.series.iter().flat_map(|s| s.points.iter());
     let (x0, x1) = range(points().map(|p| p[0]));
     let (y0, y1) = range(points().map(|p| p[1]));
+    charts::check_axis("x", x0, x1, false)?;
+    charts::check_axis("y", y0, y1, false)?;
     let mut chart = chart_builder(root, &f.title)
         .build_cartesian_2d(x0..x1, y0..y1)
         .map_err(s)?;
@@ -165,6 +167,7 @@ fn draw_bars<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Figure) -> R
     // Room above the tallest bar for its total and for the legend (top right, about
     // 7 % of the plot's height per row), so neither covers a bar.
     let y1 = y1 * (1.10 + 0.07 * f.series.len() as f64);
+    charts::check_axis("y", 0.0, y1, false)?;
     let mut chart = chart_builder(root, &f.title)
         .build_cartesian_2d(Slots(n), 0.0..y1)
         .map_err(s)?;
@@ -374,6 +377,21 @@ mod tests {
         )
         .with_layer("forward", &[3.0, 1.0, 2.0]);
         bars_fit_the_plot(&three, 3);
+    }
+
+    #[test]
+    fn a_figure_too_large_for_its_axes_fails_fast_naming_them() {
+        let huge = Figure::lines("loss", "L", "s", "loss").with(FigureSeries::measured(
+            "a",
+            vec![[0.0, -1e308], [1.0, 1e308]],
+        ));
+        let e = render_figure(&huge, &opts()).unwrap_err().to_string();
+        assert!(e.contains("loss") && e.contains("y axis"), "{e}");
+        let bars = Figure::stacked_bars("phases", "P", vec!["cpu".into()], "ms")
+            .with_layer("a", &[1e308])
+            .with_layer("b", &[1e308]);
+        let e = render_figure(&bars, &opts()).unwrap_err().to_string();
+        assert!(e.contains("phases") && e.contains("y axis"), "{e}");
     }
 
     #[test]

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 pub use charts::{
     Chart, ChartFailure, ChartKind, ChartOptions, Drawn, EMBEDDED_FONT, render_charts,
 };
-pub use dataset::{Dataset, Entry, Series, Source};
+pub use dataset::{Dataset, Entry, MAX_TIME_US, Series, Source};
 pub use error::{Error, Result};
 pub use figure::render_figure;
 pub use fit::{
