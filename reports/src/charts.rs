@@ -357,6 +357,10 @@ fn legend_name(ds: &Dataset, id: usize) -> String {
     }
 }
 
+/// The most series one chart draws: the fastest by geometric-mean median
+/// time (the palette has 10 colours; beyond a dozen lines a chart is noise).
+pub const MAX_CHART_SERIES: usize = 12;
+
 /// The residuals chart's y axis stops at ±50 %.
 const RESIDUAL_CLIP: f64 = 0.5;
 
@@ -396,7 +400,7 @@ fn plots_for(
             .filter(|r| r.bytes > 0 && r.median_us > 0.0)
             .collect::<Vec<_>>()
     };
-    let data: Vec<(usize, Vec<&crate::results::Record>)> = ids
+    let mut data: Vec<(usize, Vec<&crate::results::Record>)> = ids
         .iter()
         .map(|&id| (id, usable(id)))
         .filter(|(_, p)| !p.is_empty())
@@ -404,6 +408,19 @@ fn plots_for(
     if data.is_empty() {
         return None;
     }
+    // A chart of thousands of lines is unreadable, and drawing it took a
+    // minute and 100 MB of page: the fastest few are drawn, the title says
+    // how many of how many, and the tables and results file hold the rest.
+    let total = data.len();
+    if total > MAX_CHART_SERIES {
+        let geomean = |pts: &[&crate::results::Record]| {
+            pts.iter().map(|r| r.median_us.ln()).sum::<f64>() / pts.len() as f64
+        };
+        data.sort_by(|a, b| geomean(&a.1).total_cmp(&geomean(&b.1)));
+        data.truncate(MAX_CHART_SERIES);
+        data.sort_by_key(|(id, _)| *id);
+    }
+    let shown: Vec<usize> = data.iter().map(|(id, _)| *id).collect();
     let x_range = log_range(
         data.iter()
             .flat_map(|(_, p)| p.iter().map(|r| r.bytes as f64)),
@@ -515,7 +532,10 @@ fn plots_for(
             .collect()
     };
 
-    let on = setting(ds, &ids);
+    let mut on = setting(ds, &shown);
+    if total > data.len() {
+        on.push_str(&format!(", fastest {} of {total} series", data.len()));
+    }
     let lat_lines = median_lines(&|r| r.median_us);
     let lat_y = log_range(
         lat_lines

@@ -2,7 +2,7 @@
 //! the PNG/SVG files beside it, no scripts and no network fetches. Every
 //! string that came from an input file goes through [`escape_html`].
 
-use crate::charts::Chart;
+use crate::charts::{Chart, MAX_CHART_SERIES};
 use crate::dataset::Dataset;
 use crate::fit::{Join, OneRegime, Reduction, Regimes, SeriesFit};
 use crate::predict::{AllReduceAlgorithm, LinkModel, LinkSource, ScaleRow};
@@ -72,6 +72,9 @@ const T: bool = true;
 /// A number column.
 const N: bool = false;
 
+/// The most rows one table shows: 100k records once made a 101 MB page.
+pub const MAX_TABLE_ROWS: usize = 500;
+
 fn table(head: &[(&str, bool)], rows: &[String]) -> String {
     let mut s = String::from("<div class=\"scroll\"><table><thead><tr>");
     for (h, text) in head {
@@ -79,10 +82,17 @@ fn table(head: &[(&str, bool)], rows: &[String]) -> String {
         s.push_str(&format!("<th{class}>{h}</th>"));
     }
     s.push_str("</tr></thead><tbody>\n");
-    for r in rows {
+    for r in rows.iter().take(MAX_TABLE_ROWS) {
         s.push_str(&format!("<tr>{r}</tr>\n"));
     }
     s.push_str("</tbody></table></div>\n");
+    if rows.len() > MAX_TABLE_ROWS {
+        s.push_str(&format!(
+            "<p class=\"note\">Showing the first {MAX_TABLE_ROWS} of {} rows, so the page \
+             stays readable; every measurement is in the results file(s).</p>\n",
+            rows.len()
+        ));
+    }
     s
 }
 
@@ -341,6 +351,17 @@ fn charts_section(p: &Page<'_>) -> String {
             failed.len(),
             items.join("\n")
         ));
+    }
+    for c in p.dataset.collectives() {
+        let n = p.dataset.series_for(c).len();
+        if n > MAX_CHART_SERIES {
+            s.push_str(&format!(
+                "<p class=\"note\"><b>{}: showing {MAX_CHART_SERIES} of {n} series</b> \
+                 (the fastest by geometric-mean median time); every series is in the \
+                 results file(s).</p>\n",
+                c.key()
+            ));
+        }
     }
     if p.charts.is_empty() && failed.is_empty() {
         s.push_str("<p>No chart: no collective has a positive size and time.</p>\n");

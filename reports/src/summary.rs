@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::charts::ChartFailure;
+use crate::charts::{ChartFailure, MAX_CHART_SERIES};
 use crate::dataset::Dataset;
 use crate::fit::{Fit, SeriesFit};
 use crate::results::Collective;
@@ -258,7 +258,16 @@ impl fmt::Display for Summary {
             "  {:<w$} {:<14} {:>aw$}  {:<22} {:<20} {:>5} {:>5}",
             "series", "collective", "α", "1/b (GB/s)", "breaks", "R²", "α–β"
         )?;
-        for s in self.headline_fits() {
+        // A line per series, for the first dozen: a terminal is one screen.
+        let headline = self.headline_fits();
+        if headline.len() > MAX_CHART_SERIES {
+            writeln!(
+                f,
+                "  (the first {MAX_CHART_SERIES} of {} series; the page has more)",
+                headline.len()
+            )?;
+        }
+        for s in headline.into_iter().take(MAX_CHART_SERIES) {
             let name = clip(&s.name, w);
             let old = s
                 .fit
