@@ -16,9 +16,10 @@ pub struct ReportArgs {
     /// [default: report/ next to the first FILE].
     #[arg(short = 'o', long = "out", value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// TTF/OTF font for chart text (Debian package fonts-dejavu-core).
-    #[arg(long, value_name = "TTF", default_value = reports::DEFAULT_FONT)]
-    pub font: PathBuf,
+    /// TTF/OTF file for chart text [default: the built-in DejaVu Sans, no
+    /// font needs to be installed].
+    #[arg(long, value_name = "TTF")]
+    pub font: Option<PathBuf>,
 }
 
 /// Write the report, print the summary and where the page is; exit code 0.

@@ -1,10 +1,15 @@
 //! Charts with plotters, each rendered twice from one description: SVG (for
 //! the page) and PNG (for slides and chats).
 //!
-//! Text goes through plotters' `ab_glyph` feature with a TTF file read at run
-//! time, so building needs no fontconfig/freetype development packages.
+//! Text goes through plotters' `ab_glyph` feature with a font compiled into
+//! the binary ([`EMBEDDED_FONT`]), so neither building nor drawing needs a
+//! font package, fontconfig or freetype: GPU nodes and slim cluster images
+//! often have no font at all, and a lab's measurement must not fail at its
+//! charts because of that. A TTF/OTF file can still be chosen instead.
 
 use std::collections::HashMap;
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
@@ -17,8 +22,10 @@ use crate::fit::{Regimes, SeriesFit};
 use crate::results::Collective;
 use crate::units::{axis_bytes, fmt_bytes, fmt_us, sig3};
 
-/// Debian's DejaVu Sans (package `fonts-dejavu-core`).
-pub const DEFAULT_FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+/// DejaVu Sans 2.37 (copied from Debian's `fonts-dejavu-core` 2.37-6; the
+/// Bitstream Vera licence, which allows embedding, is `reports/fonts/LICENSE`):
+/// the charts' font unless [`ChartOptions::font`] names a file.
+pub const EMBEDDED_FONT: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
 
 /// Size and font of the charts.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,8 +34,9 @@ pub struct ChartOptions {
     pub width: u32,
     /// Height in pixels.
     pub height: u32,
-    /// TTF/OTF font for all chart text.
-    pub font: PathBuf,
+    /// A TTF/OTF file for all chart text; `None` (the default) draws with
+    /// [`EMBEDDED_FONT`] and reads no file.
+    pub font: Option<PathBuf>,
 }
 
 impl Default for ChartOptions {
@@ -36,9 +44,48 @@ impl Default for ChartOptions {
         ChartOptions {
             width: 960,
             height: 560,
-            font: PathBuf::from(DEFAULT_FONT),
+            font: None,
         }
     }
+}
+
+/// A chart that could not be drawn, and why. The report keeps every other
+/// chart and all the numbers, and says which chart is missing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChartFailure {
+    /// The chart's file stem (`latency-all_reduce`) or figure name.
+    pub chart: String,
+    /// What went wrong.
+    pub reason: String,
+}
+
+impl ChartFailure {
+    /// The failure of chart `chart` from the error drawing it returned.
+    pub fn from_error(chart: &str, e: &Error) -> Self {
+        let reason = match e {
+            Error::Chart { reason, .. } => reason.clone(),
+            other => other.to_string(),
+        };
+        ChartFailure {
+            chart: chart.to_owned(),
+            reason,
+        }
+    }
+}
+
+impl fmt::Display for ChartFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "chart {} not drawn: {}", self.chart, self.reason)
+    }
+}
+
+/// What [`render_charts`] drew, and what it could not.
+#[derive(Debug, Clone, Default)]
+pub struct Drawn {
+    /// The charts, in page order.
+    pub charts: Vec<Chart>,
+    /// The charts that failed, in page order.
+    pub failed: Vec<ChartFailure>,
 }
 
 /// The kinds of chart drawn per collective.
@@ -98,10 +145,23 @@ pub struct Chart {
     pub size: (u32, u32),
 }
 
-/// Register `path` as plotters' "sans-serif" font. plotters keeps fonts as
-/// `&'static [u8]`, so each distinct file is read once and leaked; the table
-/// keeps a second report in the same process from leaking it again.
-fn use_font(path: &Path) -> Result<()> {
+/// Register `font` (or, for `None`, [`EMBEDDED_FONT`]) as plotters'
+/// "sans-serif" font.
+fn use_font(font: Option<&Path>) -> Result<()> {
+    match font {
+        Some(path) => use_font_file(path),
+        None => plotters::style::register_font("sans-serif", FontStyle::Normal, EMBEDDED_FONT)
+            .map_err(|_| Error::Chart {
+                chart: "all".into(),
+                reason: "the embedded DejaVu Sans does not parse as a font".into(),
+            }),
+    }
+}
+
+/// Register the file `path` as plotters' "sans-serif" font. plotters keeps
+/// fonts as `&'static [u8]`, so each distinct file is read once and leaked;
+/// the table keeps a second report in the same process from leaking it again.
+fn use_font_file(path: &Path) -> Result<()> {
     static LOADED: OnceLock<Mutex<HashMap<PathBuf, &'static [u8]>>> = OnceLock::new();
     let font_err = |reason: String| Error::Font {
         path: path.to_path_buf(),
@@ -220,10 +280,26 @@ fn log_range(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
         return None;
     }
     if hi / lo < 4.0 {
-        let mid = (hi * lo).sqrt();
+        // sqrt of each, not of the product: hi·lo overflows near f64::MAX.
+        let mid = hi.sqrt() * lo.sqrt();
         (lo, hi) = (mid / 2.0, mid * 2.0);
     }
-    Some((lo / 1.3, hi * 1.3))
+    let (lo, hi) = (lo / 1.3, hi * 1.3);
+    // Values near f64::MAX pad to infinity: no axis rather than an endless one.
+    (lo > 0.0 && hi.is_finite()).then_some((lo, hi))
+}
+
+/// Refuses an axis that plotters cannot draw in bounded time and memory: it
+/// makes tick marks per step (linear) or per decade (log) across the range,
+/// so an infinite or empty range asks for endless ones (a 24 GB allocation
+/// once, for times near 1e308).
+pub(crate) fn check_axis(name: &str, lo: f64, hi: f64, log: bool) -> Result<(), String> {
+    let finite = lo.is_finite() && hi.is_finite() && (hi - lo).is_finite();
+    if finite && lo < hi && (!log || lo > 0.0) {
+        Ok(())
+    } else {
+        Err(format!("the {name} axis would span {lo:e}..{hi:e}"))
+    }
 }
 
 /// Sizes between `lo` and `hi`, evenly spaced in log, for model curves.
@@ -281,6 +357,10 @@ fn legend_name(ds: &Dataset, id: usize) -> String {
     }
 }
 
+/// The most series one chart draws: the fastest by geometric-mean median
+/// time (the palette has 10 colours; beyond a dozen lines a chart is noise).
+pub const MAX_CHART_SERIES: usize = 12;
+
 /// The residuals chart's y axis stops at ±50 %.
 const RESIDUAL_CLIP: f64 = 0.5;
 
@@ -320,7 +400,7 @@ fn plots_for(
             .filter(|r| r.bytes > 0 && r.median_us > 0.0)
             .collect::<Vec<_>>()
     };
-    let data: Vec<(usize, Vec<&crate::results::Record>)> = ids
+    let mut data: Vec<(usize, Vec<&crate::results::Record>)> = ids
         .iter()
         .map(|&id| (id, usable(id)))
         .filter(|(_, p)| !p.is_empty())
@@ -328,6 +408,19 @@ fn plots_for(
     if data.is_empty() {
         return None;
     }
+    // A chart of thousands of lines is unreadable, and drawing it took a
+    // minute and 100 MB of page: the fastest few are drawn, the title says
+    // how many of how many, and the tables and results file hold the rest.
+    let total = data.len();
+    if total > MAX_CHART_SERIES {
+        let geomean = |pts: &[&crate::results::Record]| {
+            pts.iter().map(|r| r.median_us.ln()).sum::<f64>() / pts.len() as f64
+        };
+        data.sort_by(|a, b| geomean(&a.1).total_cmp(&geomean(&b.1)));
+        data.truncate(MAX_CHART_SERIES);
+        data.sort_by_key(|(id, _)| *id);
+    }
+    let shown: Vec<usize> = data.iter().map(|(id, _)| *id).collect();
     let x_range = log_range(
         data.iter()
             .flat_map(|(_, p)| p.iter().map(|r| r.bytes as f64)),
@@ -439,7 +532,10 @@ fn plots_for(
             .collect()
     };
 
-    let on = setting(ds, &ids);
+    let mut on = setting(ds, &shown);
+    if total > data.len() {
+        on.push_str(&format!(", fastest {} of {total} series", data.len()));
+    }
     let lat_lines = median_lines(&|r| r.median_us);
     let lat_y = log_range(
         lat_lines
@@ -688,6 +784,11 @@ fn draw_plot<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, plot: &Plot) -> 
     let s = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     root.fill(&WHITE).map_err(s)?;
     let (x0, x1) = plot.x_range;
+    check_axis("x", x0, x1, true)?;
+    match plot.y {
+        YAxis::Log(y0, y1) => check_axis("y", y0, y1, true)?,
+        YAxis::Linear(y0, y1) => check_axis("y", y0, y1, false)?,
+    }
     let x_spec = (x0..x1).log_scale().with_key_points(size_ticks(x0, x1));
     let x_fmt = |v: &f64| axis_bytes(*v);
     let mut builder = ChartBuilder::on(root);
@@ -819,17 +920,31 @@ pub(crate) fn render(
         chart: stem.clone(),
         reason,
     };
+    // plotters asserts on some inputs instead of returning an error; a
+    // chart it cannot draw must cost that chart, not the whole report.
+    let guarded = |draw: &mut dyn FnMut() -> Result<(), String>| {
+        catch_unwind(AssertUnwindSafe(draw)).unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown cause".into());
+            Err(format!("the plotting library panicked: {what}"))
+        })
+    };
     let mut svg = String::new();
-    {
+    guarded(&mut || {
         let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
-        what.draw(&root).map_err(chart_err)?;
-    }
+        what.draw(&root)
+    })
+    .map_err(chart_err)?;
     let svg = compact_svg(&svg);
     let mut rgb = vec![0u8; size.0 as usize * size.1 as usize * 3];
-    {
+    guarded(&mut || {
         let root = BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area();
-        what.draw(&root).map_err(chart_err)?;
-    }
+        what.draw(&root)
+    })
+    .map_err(chart_err)?;
     let png = encode_png(&rgb, size, &stem)?;
     Ok(Chart {
         kind,
@@ -854,33 +969,39 @@ pub(crate) fn prepare(opts: &ChartOptions) -> Result<()> {
             ),
         });
     }
-    use_font(&opts.font)
+    use_font(opts.font.as_deref())
 }
 
 /// Draw every chart for every collective with data: latency (with the model
 /// curves and their breaks), residuals (all_reduce), bus bandwidth and
 /// spread. Peer series are dashed.
-pub fn render_charts(ds: &Dataset, fits: &[SeriesFit], opts: &ChartOptions) -> Result<Vec<Chart>> {
+///
+/// Fails only on bad options (chart size, font file); a chart that cannot be
+/// drawn is listed in [`Drawn::failed`] and the others are still drawn.
+pub fn render_charts(ds: &Dataset, fits: &[SeriesFit], opts: &ChartOptions) -> Result<Drawn> {
     prepare(opts)?;
-    let mut charts = Vec::new();
+    let mut drawn = Drawn::default();
     for collective in ds.collectives() {
         if let Some(plots) = plots_for(ds, fits, collective) {
             for (kind, plot) in &plots {
                 let kind = *kind;
                 let stem = format!("{}-{}", kind.prefix(), collective.key());
                 let size = (opts.width, opts.height);
-                charts.push(render(
+                match render(
                     plot,
-                    stem,
+                    stem.clone(),
                     &plot.title,
                     kind,
                     Some(collective),
                     size,
-                )?);
+                ) {
+                    Ok(chart) => drawn.charts.push(chart),
+                    Err(e) => drawn.failed.push(ChartFailure::from_error(&stem, &e)),
+                }
             }
         }
     }
-    Ok(charts)
+    Ok(drawn)
 }
 
 #[cfg(test)]
@@ -910,7 +1031,9 @@ mod tests {
     fn the_break_is_marked_and_residuals_are_drawn_for_all_reduce_only() {
         let ds = two_regime_dataset();
         let fits = fit_dataset(&ds);
-        let charts = render_charts(&ds, &fits, &ChartOptions::default()).unwrap();
+        let charts = render_charts(&ds, &fits, &ChartOptions::default())
+            .unwrap()
+            .charts;
         let stems: Vec<&str> = charts.iter().map(|c| c.stem.as_str()).collect();
         assert_eq!(
             stems,
@@ -973,6 +1096,19 @@ mod tests {
     }
 
     #[test]
+    fn log_range_near_the_largest_float_is_none_not_infinite() {
+        for v in [[1e308, 1.7e308], [1e308, 1e308], [1.7e308, 1.7e308]] {
+            assert!(log_range(v.into_iter()).is_none(), "{v:?}");
+        }
+        let (lo, hi) = log_range([1e3, 1e15].into_iter()).unwrap();
+        assert!(lo < 1e3 && hi > 1e15 && hi.is_finite());
+        assert!(check_axis("y", 1.0, f64::INFINITY, true).is_err());
+        assert!(check_axis("y", -1e308, 1e308, false).is_err());
+        assert!(check_axis("y", 0.0, 1.0, true).is_err());
+        assert!(check_axis("y", 1e-300, 1e300, true).is_ok());
+    }
+
+    #[test]
     fn cpu_models_lose_their_marks_and_clock() {
         assert_eq!(short_cpu("Intel(R) Xeon(R) Processor"), "Intel Xeon");
         assert_eq!(
@@ -986,11 +1122,29 @@ mod tests {
     }
 
     #[test]
-    fn missing_font_names_the_debian_package() {
-        let err = use_font(Path::new("/nonexistent/font.ttf")).unwrap_err();
+    fn the_default_font_is_the_embedded_one_and_reads_no_file() {
+        assert_eq!(ChartOptions::default().font, None);
+        // A TrueType file starts with version 1.0; ~740 KiB is DejaVu Sans.
+        assert!(EMBEDDED_FONT.starts_with(&[0, 1, 0, 0]) && EMBEDDED_FONT.len() > 500_000);
+        use_font(None).unwrap();
+        let ds = two_regime_dataset();
+        let drawn = render_charts(&ds, &fit_dataset(&ds), &ChartOptions::default()).unwrap();
+        assert!(drawn.failed.is_empty(), "{:?}", drawn.failed);
+        // Text is drawn as text in the SVG and as glyphs in the PNG.
+        assert!(drawn.charts[0].svg.contains("median time per call"));
+    }
+
+    #[test]
+    fn a_missing_font_file_is_an_error_naming_it() {
+        let opts = ChartOptions {
+            font: Some("/nonexistent/font.ttf".into()),
+            ..ChartOptions::default()
+        };
+        let ds = two_regime_dataset();
+        let err = render_charts(&ds, &fit_dataset(&ds), &opts).unwrap_err();
         let msg = err.to_string();
         assert!(
-            msg.contains("fonts-dejavu-core") && msg.contains("/nonexistent/font.ttf"),
+            msg.contains("/nonexistent/font.ttf") && msg.contains("built-in DejaVu Sans"),
             "{msg}"
         );
     }
@@ -1000,7 +1154,29 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("fake.ttf");
         std::fs::write(&p, b"not a font").unwrap();
-        let err = use_font(&p).unwrap_err();
+        let err = use_font(Some(&p)).unwrap_err();
         assert!(err.to_string().contains("not a TrueType"), "{err}");
+    }
+
+    #[test]
+    fn a_panicking_chart_is_a_failure_naming_it() {
+        struct Panics;
+        impl Drawable for Panics {
+            fn draw<DB: DrawingBackend>(&self, _: &DrawingArea<DB, Shift>) -> Result<(), String> {
+                panic!("boom")
+            }
+        }
+        let err = render(
+            &Panics,
+            "x-chart".into(),
+            "X",
+            ChartKind::Figure,
+            None,
+            (320, 200),
+        )
+        .unwrap_err();
+        let failure = ChartFailure::from_error("x-chart", &err);
+        assert_eq!(failure.chart, "x-chart");
+        assert!(failure.reason.contains("boom"), "{failure}");
     }
 }

@@ -6,6 +6,46 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::results::{Collective, Record, ResultsFile, read_results};
 
+/// The longest time a record may hold, in µs: 1e9 s, about 32 years. Longer
+/// is a unit or writer bug, not a measurement; refusing it keeps every axis
+/// and fit in a range where f64 arithmetic cannot overflow (times of
+/// 1e200–1e308 µs once made a chart's log axis infinite and the report
+/// allocate 24 GB).
+pub const MAX_TIME_US: f64 = 1e15;
+
+/// Why `r` cannot be charted or fitted, if it cannot: what the results
+/// format refuses (non-finite or negative times, zero sizes, no ranks) and
+/// times above [`MAX_TIME_US`]. Records built in memory skip the reader's
+/// check, so the dataset checks again.
+fn record_problem(r: &Record) -> Option<String> {
+    let times = [
+        ("min_us", Some(r.min_us)),
+        ("median_us", Some(r.median_us)),
+        ("mean_us", r.mean_us),
+        ("p99_us", r.p99_us),
+        ("max_us", Some(r.max_us)),
+    ];
+    // The bound first: measure's check would call a huge median "out of
+    // order" and print all its 200 digits.
+    let absurd = times.into_iter().find_map(|(name, v)| {
+        v.filter(|v| *v > MAX_TIME_US).map(|v| {
+            format!("{name} is {v:e} µs, above the {MAX_TIME_US:e} µs (1e9 s) a time may be")
+        })
+    });
+    absurd.or_else(|| r.problem())
+}
+
+/// A record as an error names it: `gloo all_reduce 4096 B, 2 ranks`.
+fn describe(r: &Record) -> String {
+    format!(
+        "{:?} {} {} B, {} ranks",
+        r.label,
+        r.collective.key(),
+        r.bytes,
+        r.world
+    )
+}
+
 /// One input file.
 #[derive(Debug, Clone)]
 pub struct Source {
@@ -51,6 +91,10 @@ pub struct Dataset {
     pub entries: Vec<Entry>,
     /// The labs' own figures of every file, in order.
     pub figures: Vec<measure::Figure>,
+    /// Indices into `entries` per series: [`Dataset::points`] is asked once
+    /// per series and collective, and scanning every entry each time made
+    /// 6,250 labels × 100k records take minutes.
+    by_series: Vec<Vec<usize>>,
 }
 
 /// Short names for the files that tell them apart: the stem, or
@@ -99,6 +143,17 @@ impl Dataset {
     pub fn from_files(files: Vec<(PathBuf, ResultsFile)>) -> Result<Dataset> {
         if files.is_empty() {
             return Err(Error::NoRecords("no results files given".into()));
+        }
+        for (path, f) in &files {
+            for r in &f.records {
+                if let Some(reason) = record_problem(r) {
+                    return Err(Error::BadRecord {
+                        path: path.clone(),
+                        record: describe(r),
+                        reason,
+                    });
+                }
+            }
         }
         let paths: Vec<PathBuf> = files.iter().map(|(p, _)| p.clone()).collect();
         let qualifiers = file_qualifiers(&paths);
@@ -178,11 +233,16 @@ impl Dataset {
                 names.join(", ")
             )));
         }
+        let mut by_series = vec![Vec::new(); series.len()];
+        for (i, e) in entries.iter().enumerate() {
+            by_series[e.series].push(i);
+        }
         Ok(Dataset {
             sources,
             series,
             entries,
             figures,
+            by_series,
         })
     }
 
@@ -214,8 +274,9 @@ impl Dataset {
     /// comparison is about. Every record still appears in the results tables.
     pub fn points(&self, series: usize, collective: Collective) -> Vec<&Record> {
         let mut best: BTreeMap<u64, &Record> = BTreeMap::new();
-        for e in &self.entries {
-            if e.series != series || e.record.collective != collective {
+        let mine = self.by_series.get(series).map_or(&[][..], |v| v.as_slice());
+        for e in mine.iter().map(|&i| &self.entries[i]) {
+            if e.record.collective != collective {
                 continue;
             }
             let r = &e.record;
@@ -306,6 +367,39 @@ mod tests {
         let got: Vec<(u64, f64)> = pts.iter().map(|r| (r.bytes, r.median_us)).collect();
         assert_eq!(got, [(8, 1.0), (64, 3.0)]);
         assert_eq!(ds.records_of(Collective::AllReduce).len(), 3);
+    }
+
+    #[test]
+    fn report_refuses_non_finite_times() {
+        for (field, bad) in [
+            ("median_us", f64::NAN),
+            ("max_us", f64::INFINITY),
+            ("min_us", -1.0),
+            ("median_us", 1e200),
+        ] {
+            let mut r = rec("gloo", 2, 4096, 5.0);
+            r.max_us = 10.0;
+            match field {
+                "median_us" => r.median_us = bad,
+                "max_us" => r.max_us = bad,
+                _ => r.min_us = bad,
+            }
+            let ok = rec("mpi", 2, 8, 1.0);
+            let err = Dataset::from_files(vec![("runs/r.json".into(), file(vec![ok, r]))])
+                .unwrap_err()
+                .to_string();
+            for part in ["runs/r.json", "\"gloo\" all_reduce 4096 B, 2 ranks", field] {
+                assert!(
+                    err.contains(part),
+                    "{field} = {bad}: {part} missing from {err}"
+                );
+            }
+        }
+        // The largest allowed time still loads.
+        let mut r = rec("gloo", 2, 8, MAX_TIME_US);
+        r.min_us = 1.0;
+        r.max_us = MAX_TIME_US;
+        assert!(Dataset::from_files(vec![("r.json".into(), file(vec![r]))]).is_ok());
     }
 
     #[test]

@@ -14,13 +14,25 @@ pub enum Error {
     /// `measure` crate's errors, each naming the file).
     #[error(transparent)]
     Results(#[from] measure::Error),
+    /// A record's numbers cannot be charted or fitted: a time that is not
+    /// finite, negative or absurdly large (see [`crate::MAX_TIME_US`]).
+    #[error("{path}: record {record}: {reason}")]
+    BadRecord {
+        /// The results file holding it.
+        path: PathBuf,
+        /// Which record: label, collective, size and world.
+        record: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// No input files were given, or none of them holds a record.
     #[error("nothing to report: {0}")]
     NoRecords(String),
-    /// The TTF font used for chart text is missing or unreadable.
+    /// The TTF/OTF file chosen for chart text is missing or unreadable (the
+    /// default, embedded font needs no file).
     #[error(
-        "cannot load the chart font {path}: {reason}; install the Debian package \
-         fonts-dejavu-core (`apt-get install fonts-dejavu-core`) or pass another TTF font"
+        "cannot load the chart font {path}: {reason}; pass another TTF/OTF file, or none \
+         to draw with the built-in DejaVu Sans"
     )]
     Font {
         /// The font file.

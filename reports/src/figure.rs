@@ -1,7 +1,10 @@
 //! A lab's own figures ([`measure::Figure`]): lines on linear axes, or stacked
 //! bars, drawn with the same font, palette and SVG/PNG pair as the bench charts.
 
+use std::ops::Range;
+
 use plotters::coord::Shift;
+use plotters::coord::ranged1d::{KeyPointHint, NoDefaultFormatting, ValueFormatter};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
@@ -67,6 +70,8 @@ fn draw_lines<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Figure) -> 
     let points = || f.series.iter().flat_map(|s| s.points.iter());
     let (x0, x1) = range(points().map(|p| p[0]));
     let (y0, y1) = range(points().map(|p| p[1]));
+    charts::check_axis("x", x0, x1, false)?;
+    charts::check_axis("y", y0, y1, false)?;
     let mut chart = chart_builder(root, &f.title)
         .build_cartesian_2d(x0..x1, y0..y1)
         .map_err(s)?;
@@ -111,6 +116,44 @@ fn draw_lines<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Figure) -> 
     legend(&mut chart)
 }
 
+/// A bar chart's x axis: `n` slots, slot `k` spanning `k ± 0.5` and labelled
+/// at its centre `k`. plotters' segmented axis over `0..n-1` is empty for a
+/// single bar: it gave that bar a negative width in the SVG and pushed it
+/// onto the tick labels in the PNG (issue 24).
+struct Slots(usize);
+
+impl Ranged for Slots {
+    type FormatOption = NoDefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        let at = (value + 0.5) / self.0.max(1) as f64;
+        limit.0 + (at * f64::from(limit.1 - limit.0)).round() as i32
+    }
+
+    fn key_points<H: KeyPointHint>(&self, hint: H) -> Vec<f64> {
+        // Labels at the centres only; no light grid lines between them.
+        if hint.weight().allow_light_points() {
+            return Vec::new();
+        }
+        (0..self.0).map(|k| k as f64).collect()
+    }
+
+    fn range(&self) -> Range<f64> {
+        -0.5..self.0 as f64 - 0.5
+    }
+}
+
+impl ValueFormatter<f64> for Slots {
+    fn format(value: &f64) -> String {
+        sig3(*value)
+    }
+}
+
+/// The widest a bar is drawn, in pixels: one or two bars across the whole
+/// plot read as a wall, not a bar.
+const MAX_BAR_PX: f64 = 140.0;
+
 fn draw_bars<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Figure) -> Result<(), String> {
     let s = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     let n = f.categories.len().max(1);
@@ -124,43 +167,46 @@ fn draw_bars<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Figure) -> R
     // Room above the tallest bar for its total and for the legend (top right, about
     // 7 % of the plot's height per row), so neither covers a bar.
     let y1 = y1 * (1.10 + 0.07 * f.series.len() as f64);
-    // Segmented x: one segment per bar, its label under its centre.
+    charts::check_axis("y", 0.0, y1, false)?;
     let mut chart = chart_builder(root, &f.title)
-        .build_cartesian_2d((0..n as i32 - 1).into_segmented(), 0.0..y1)
+        .build_cartesian_2d(Slots(n), 0.0..y1)
         .map_err(s)?;
-    let label = |v: &SegmentValue<i32>| match v {
-        SegmentValue::CenterOf(k) => f.categories.get(*k as usize).cloned().unwrap_or_default(),
-        _ => String::new(),
+    let label = |v: &f64| {
+        let k = v.round();
+        if (v - k).abs() < 1e-6 && k >= 0.0 {
+            f.categories.get(k as usize).cloned().unwrap_or_default()
+        } else {
+            String::new()
+        }
     };
     chart
         .configure_mesh()
         .disable_x_mesh()
         .x_desc(f.x_label.as_str())
         .y_desc(f.y_label.as_str())
-        .x_labels(n.max(1) + 1)
+        .x_labels(n)
         .x_label_formatter(&label)
         .y_label_formatter(&|v| sig3(*v))
         .light_line_style(RGBColor(235, 235, 235))
         .label_style(("sans-serif", 16))
         .draw()
         .map_err(s)?;
+    // Half a bar in axis units: 36 % of its slot, at most MAX_BAR_PX wide.
+    let (plot_px, _) = chart.plotting_area().dim_in_pixel();
+    let px_per_slot = f64::from(plot_px.max(1)) / n as f64;
+    let half = 0.36f64.min(0.5 * MAX_BAR_PX / px_per_slot);
     let mut base = vec![0.0; n];
     for (i, series) in f.series.iter().enumerate() {
         let color = charts::color(i);
-        let bars: Vec<Rectangle<(SegmentValue<i32>, f64)>> = series
+        let bars: Vec<Rectangle<(f64, f64)>> = series
             .points
             .iter()
             .map(|p| {
                 let k = p[0] as usize;
                 let (lo, hi) = (base[k], base[k] + p[1]);
                 base[k] = hi;
-                let (l, r) = (
-                    SegmentValue::Exact(k as i32),
-                    SegmentValue::Exact(k as i32 + 1),
-                );
-                let mut bar = Rectangle::new([(l, lo), (r, hi)], color.filled());
-                bar.set_margin(0, 0, 18, 18);
-                bar
+                let x = k as f64;
+                Rectangle::new([(x - half, lo), (x + half, hi)], color.filled())
             })
             .collect();
         chart
@@ -173,7 +219,7 @@ fn draw_bars<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Figure) -> R
         .draw_series(totals.iter().enumerate().map(|(k, &t)| {
             Text::new(
                 sig3(t),
-                (SegmentValue::CenterOf(k as i32), t + y1 * 0.01),
+                (k as f64, t + y1 * 0.01),
                 ("sans-serif", 15)
                     .into_font()
                     .color(&BLACK)
@@ -250,6 +296,102 @@ mod tests {
         for text in ["cpu", "cuda:0", "forward", "backward", "\n9\n"] {
             assert!(c.svg.contains(text), "{text} missing from the bars");
         }
+    }
+
+    /// `(x, y, width, height)` of every `<rect>` filled with `fill` (plotters
+    /// writes one element per line).
+    fn rects(svg: &str, fill: &str) -> Vec<(f64, f64, f64, f64)> {
+        let attr = |line: &str, name: &str| -> f64 {
+            let key = format!(" {name}=\"");
+            let at = line
+                .find(&key)
+                .unwrap_or_else(|| panic!("no {name} in {line}"))
+                + key.len();
+            let end = line[at..].find('"').unwrap();
+            line[at..at + end].parse().unwrap()
+        };
+        svg.lines()
+            .filter(|l| l.starts_with("<rect") && l.contains(&format!("fill=\"{fill}\"")))
+            .map(|l| {
+                (
+                    attr(l, "x"),
+                    attr(l, "y"),
+                    attr(l, "width"),
+                    attr(l, "height"),
+                )
+            })
+            .collect()
+    }
+
+    /// The first palette colour as plotters writes it in SVG.
+    const FIRST: &str = "#1F77B4";
+
+    /// Draws `figure`, checks each of its `bars` layer-0 rects lies inside the
+    /// plot with a sensible width, and returns the chart.
+    fn bars_fit_the_plot(figure: &Figure, bars: usize) -> Chart {
+        let c = render_figure(figure, &opts()).unwrap();
+        let (w, h) = (f64::from(opts().width), f64::from(opts().height));
+        // The legend's swatch is a rect of the same colour, 16 px wide.
+        let found: Vec<_> = rects(&c.svg, FIRST)
+            .into_iter()
+            .filter(|r| r.2 != 16.0)
+            .collect();
+        assert_eq!(found.len(), bars, "{found:?}");
+        for (x, y, width, height) in found {
+            // Right of the y axis' labels (76 px + 14 px margin), inside the
+            // picture, neither a sliver nor a wall.
+            assert!(width >= 20.0 && width <= 0.5 * w, "bar width {width}");
+            assert!(x >= 90.0 && x + width <= w, "bar at x {x}..{}", x + width);
+            assert!(
+                height > 0.0 && y >= 0.0 && y + height <= h,
+                "bar y {y} h {height}"
+            );
+        }
+        c
+    }
+
+    #[test]
+    fn one_bar_chart_has_positive_width() {
+        // Lab 2 on a machine without a GPU: one category, one layer.
+        let one = Figure::stacked_bars("phases", "Step phases", vec!["cpu".into()], "ms")
+            .with_layer("forward", &[3.0]);
+        let c = bars_fit_the_plot(&one, 1);
+        assert!(
+            c.svg.contains(">cpu<") || c.svg.contains("\ncpu\n"),
+            "no category label"
+        );
+        if let Ok(dir) = std::env::var("RINGSIDE_FIGURE_DUMP") {
+            std::fs::write(format!("{dir}/one-bar.png"), &c.png).unwrap();
+        }
+        // One bar, two layers; and three bars of one layer.
+        let two_layers = one.clone().with_layer("backward", &[6.0]);
+        let c = bars_fit_the_plot(&two_layers, 1);
+        if let Ok(dir) = std::env::var("RINGSIDE_FIGURE_DUMP") {
+            std::fs::write(format!("{dir}/one-bar-two-layers.png"), &c.png).unwrap();
+        }
+        let three = Figure::stacked_bars(
+            "phases",
+            "Step phases",
+            vec!["a".into(), "b".into(), "c".into()],
+            "ms",
+        )
+        .with_layer("forward", &[3.0, 1.0, 2.0]);
+        bars_fit_the_plot(&three, 3);
+    }
+
+    #[test]
+    fn a_figure_too_large_for_its_axes_fails_fast_naming_them() {
+        let huge = Figure::lines("loss", "L", "s", "loss").with(FigureSeries::measured(
+            "a",
+            vec![[0.0, -1e308], [1.0, 1e308]],
+        ));
+        let e = render_figure(&huge, &opts()).unwrap_err().to_string();
+        assert!(e.contains("loss") && e.contains("y axis"), "{e}");
+        let bars = Figure::stacked_bars("phases", "P", vec!["cpu".into()], "ms")
+            .with_layer("a", &[1e308])
+            .with_layer("b", &[1e308]);
+        let e = render_figure(&bars, &opts()).unwrap_err().to_string();
+        assert!(e.contains("phases") && e.contains("y axis"), "{e}");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! the PNG/SVG files beside it, no scripts and no network fetches. Every
 //! string that came from an input file goes through [`escape_html`].
 
-use crate::charts::Chart;
+use crate::charts::{Chart, MAX_CHART_SERIES};
 use crate::dataset::Dataset;
 use crate::fit::{Join, OneRegime, Reduction, Regimes, SeriesFit};
 use crate::predict::{AllReduceAlgorithm, LinkModel, LinkSource, ScaleRow};
@@ -60,7 +60,7 @@ th { background: #f4f5f7; position: sticky; top: 0; }
 td.text, th.text { text-align: left; }
 td:first-child { position: sticky; left: 0; background: #fff; }
 td.win { font-weight: 700; color: #0b6b0b; }
-td.bad { color: #b00020; font-weight: 700; }
+td.bad, p.bad { color: #b00020; font-weight: 700; }
 figure.chart { margin: 1rem 0 1.6rem; }
 figure.chart svg, figure.chart img { display: block; max-width: 100%; height: auto; border: 1px solid var(--line); border-radius: 4px; }
 code { font-size: .9em; background: #f4f5f7; padding: 0 .2em; border-radius: 3px; word-break: break-all; }
@@ -72,6 +72,9 @@ const T: bool = true;
 /// A number column.
 const N: bool = false;
 
+/// The most rows one table shows: 100k records once made a 101 MB page.
+pub const MAX_TABLE_ROWS: usize = 500;
+
 fn table(head: &[(&str, bool)], rows: &[String]) -> String {
     let mut s = String::from("<div class=\"scroll\"><table><thead><tr>");
     for (h, text) in head {
@@ -79,10 +82,17 @@ fn table(head: &[(&str, bool)], rows: &[String]) -> String {
         s.push_str(&format!("<th{class}>{h}</th>"));
     }
     s.push_str("</tr></thead><tbody>\n");
-    for r in rows {
+    for r in rows.iter().take(MAX_TABLE_ROWS) {
         s.push_str(&format!("<tr>{r}</tr>\n"));
     }
     s.push_str("</tbody></table></div>\n");
+    if rows.len() > MAX_TABLE_ROWS {
+        s.push_str(&format!(
+            "<p class=\"note\">Showing the first {MAX_TABLE_ROWS} of {} rows, so the page \
+             stays readable; every measurement is in the results file(s).</p>\n",
+            rows.len()
+        ));
+    }
     s
 }
 
@@ -321,7 +331,39 @@ fn charts_section(p: &Page<'_>) -> String {
          and reduce. It is the rate each rank's link carries in a bandwidth-optimal algorithm, \
          so it can be compared across world sizes and against a link's or memory's speed.</p>\n",
     );
-    if p.charts.is_empty() {
+    let failed = &p.summary.charts_not_drawn;
+    if !failed.is_empty() {
+        // Said first and plainly: a missing chart must not look like a
+        // missing measurement. The numbers are all in the tables below.
+        let items: Vec<String> = failed
+            .iter()
+            .map(|f| {
+                format!(
+                    "<li><code>{}</code>: {}</li>",
+                    escape_html(&f.chart),
+                    escape_html(&f.reason)
+                )
+            })
+            .collect();
+        s.push_str(&format!(
+            "<p class=\"bad\">{} chart(s) could not be drawn; their numbers are in the \
+             tables below and in the results file:</p>\n<ul>\n{}\n</ul>\n",
+            failed.len(),
+            items.join("\n")
+        ));
+    }
+    for c in p.dataset.collectives() {
+        let n = p.dataset.series_for(c).len();
+        if n > MAX_CHART_SERIES {
+            s.push_str(&format!(
+                "<p class=\"note\"><b>{}: showing {MAX_CHART_SERIES} of {n} series</b> \
+                 (the fastest by geometric-mean median time); every series is in the \
+                 results file(s).</p>\n",
+                c.key()
+            ));
+        }
+    }
+    if p.charts.is_empty() && failed.is_empty() {
         s.push_str("<p>No chart: no collective has a positive size and time.</p>\n");
     }
     let mut current = None;
@@ -754,5 +796,38 @@ mod tests {
         assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
         assert!(html.contains("env.A&amp;B"));
         assert!(html.contains("name=\"viewport\""));
+    }
+
+    #[test]
+    fn a_chart_not_drawn_is_named_on_the_page_with_its_reason() {
+        let ds = crate::testing::dataset(vec![crate::testing::record(
+            "gloo",
+            Collective::AllReduce,
+            2,
+            8,
+            1.0,
+        )]);
+        let fits = fit_dataset(&ds);
+        let mut summary = summarize(&ds, &fits);
+        summary.charts_not_drawn.push(crate::ChartFailure {
+            chart: "latency-all_reduce".into(),
+            reason: "axis <range> empty".into(),
+        });
+        let html = render_html(&Page {
+            dataset: &ds,
+            fits: &fits,
+            summary: &summary,
+            charts: &[],
+            links: &[],
+            scale: &[],
+        });
+        assert!(html.contains("1 chart(s) could not be drawn"), "{html}");
+        assert!(html.contains("<code>latency-all_reduce</code>: axis &lt;range&gt; empty"));
+        assert!(!html.contains("No chart: no collective"));
+        assert!(
+            summary
+                .to_string()
+                .contains("chart latency-all_reduce not drawn: axis <range> empty")
+        );
     }
 }

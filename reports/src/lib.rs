@@ -23,8 +23,11 @@ mod units;
 
 use std::path::{Path, PathBuf};
 
-pub use charts::{Chart, ChartKind, ChartOptions, DEFAULT_FONT, render_charts};
-pub use dataset::{Dataset, Entry, Series, Source};
+pub use charts::{
+    Chart, ChartFailure, ChartKind, ChartOptions, Drawn, EMBEDDED_FONT, MAX_CHART_SERIES,
+    render_charts,
+};
+pub use dataset::{Dataset, Entry, MAX_TIME_US, Series, Source};
 pub use error::{Error, Result};
 pub use figure::render_figure;
 pub use fit::{
@@ -32,7 +35,7 @@ pub use fit::{
     PLATEAU_FACTOR, Pinned, Reduction, Regime, Regimes, SeriesFit, fit_alpha_beta, fit_dataset,
     fit_regimes,
 };
-pub use html::{Page, escape_html, render_html};
+pub use html::{MAX_TABLE_ROWS, Page, escape_html, render_html};
 pub use predict::{
     AllReduceAlgorithm, LinkModel, LinkRegime, LinkSource, SCALE_RANKS, SCALE_SIZES, ScaleRow,
     link_models, scale_predictions,
@@ -99,20 +102,32 @@ fn write(path: PathBuf, bytes: &[u8], files: &mut Vec<PathBuf>) -> Result<()> {
 /// one PNG per chart into `opts.out_dir`.
 ///
 /// Everything is computed before the first file is written, so a bad input
-/// or a missing font leaves an earlier report untouched.
+/// or a font file that cannot be used leaves an earlier report untouched.
+/// A chart that cannot be drawn does not fail the report: the others are
+/// written, and the page and [`Summary::charts_not_drawn`] say which one is
+/// missing and why (the inputs, a lab's finished measurement, are never
+/// touched).
 pub fn write_report<P: AsRef<Path>>(inputs: &[P], opts: &ReportOptions) -> Result<Report> {
     let ds = Dataset::load(inputs)?;
     let fits = fit_dataset(&ds);
-    let summary = summarize(&ds, &fits);
+    let mut summary = summarize(&ds, &fits);
     let links = link_models(&fits);
     let scale = scale_predictions(&links, &opts.scale_sizes, &opts.scale_ranks);
+    // Bad options (size, font file) fail the whole report, up front.
+    charts::prepare(&opts.charts)?;
     // A lab's own figures first: they are what its run is about.
-    let mut charts = ds
-        .figures
-        .iter()
-        .map(|f| render_figure(f, &opts.charts))
-        .collect::<Result<Vec<_>>>()?;
-    charts.extend(render_charts(&ds, &fits, &opts.charts)?);
+    let mut charts = Vec::new();
+    for f in &ds.figures {
+        match render_figure(f, &opts.charts) {
+            Ok(c) => charts.push(c),
+            Err(e) => summary
+                .charts_not_drawn
+                .push(ChartFailure::from_error(&f.name, &e)),
+        }
+    }
+    let drawn = render_charts(&ds, &fits, &opts.charts)?;
+    charts.extend(drawn.charts);
+    summary.charts_not_drawn.extend(drawn.failed);
     let html = render_html(&Page {
         dataset: &ds,
         fits: &fits,
@@ -152,6 +167,7 @@ pub fn write_report<P: AsRef<Path>>(inputs: &[P], opts: &ReportOptions) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing;
 
     #[test]
     fn default_out_dir_is_next_to_the_first_input() {
@@ -163,5 +179,45 @@ mod tests {
             default_out_dir(Path::new("bench.json")),
             PathBuf::from("report")
         );
+    }
+
+    /// `labels` labels × 16 sizes of all_reduce, each label a little slower.
+    fn many_labels(labels: usize) -> ResultsFile {
+        let mut records = Vec::with_capacity(labels * 16);
+        for l in 0..labels {
+            for k in 3..19 {
+                let bytes = 1u64 << k;
+                let t = 2.0 + l as f64 * 0.01 + bytes as f64 / 5e3;
+                let label = format!("label{l:05}");
+                records.push(testing::record(&label, Collective::AllReduce, 2, bytes, t));
+            }
+        }
+        testing::file(records)
+    }
+
+    #[test]
+    fn many_labels_keep_the_page_small() {
+        // 300 labels, not issue 25's 6,250, so the debug-build test
+        // stays quick; the bounds do not grow with the labels.
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("results.json");
+        std::fs::write(&input, serde_json::to_vec(&many_labels(300)).unwrap()).unwrap();
+        let report = write_report(&[&input], &ReportOptions::new(dir.path().join("r"))).unwrap();
+        let total: u64 = report
+            .files
+            .iter()
+            .map(|f| std::fs::metadata(f).unwrap().len())
+            .sum();
+        let page = std::fs::read_to_string(&report.index).unwrap();
+        assert!(page.len() < 2_000_000, "page is {} bytes", page.len());
+        assert!(total < 6_000_000, "report is {total} bytes");
+        assert!(page.contains("all_reduce: showing 12 of 300 series"));
+        assert!(page.contains("Showing the first 500 of 4800 rows"));
+        let latency = std::fs::read_to_string(dir.path().join("r/latency-all_reduce.svg")).unwrap();
+        assert!(latency.contains("fastest 12 of 300 series"));
+        // The fastest labels are the first ones; label00012 is the 13th.
+        assert!(latency.contains("label00011") && !latency.contains("label00012"));
+        let text = report.summary.to_string();
+        assert!(text.lines().count() < 40, "{text}");
     }
 }

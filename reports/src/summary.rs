@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crate::charts::{ChartFailure, MAX_CHART_SERIES};
 use crate::dataset::Dataset;
 use crate::fit::{Fit, SeriesFit};
 use crate::results::Collective;
@@ -77,6 +78,9 @@ pub struct Summary {
     pub best: Vec<RangeBest>,
     /// The fits (regime model and α–β baseline).
     pub fits: Vec<SeriesFit>,
+    /// Charts that could not be drawn (filled in by [`crate::write_report`]):
+    /// the rest of the report is there, and this says what is missing.
+    pub charts_not_drawn: Vec<ChartFailure>,
 }
 
 /// Geometric mean of `b/a` over the sizes both maps have.
@@ -163,6 +167,7 @@ pub fn summarize(ds: &Dataset, fits: &[SeriesFit]) -> Summary {
         series: ds.series.len(),
         best,
         fits: fits.to_vec(),
+        charts_not_drawn: Vec::new(),
     }
 }
 
@@ -253,7 +258,16 @@ impl fmt::Display for Summary {
             "  {:<w$} {:<14} {:>aw$}  {:<22} {:<20} {:>5} {:>5}",
             "series", "collective", "α", "1/b (GB/s)", "breaks", "R²", "α–β"
         )?;
-        for s in self.headline_fits() {
+        // A line per series, for the first dozen: a terminal is one screen.
+        let headline = self.headline_fits();
+        if headline.len() > MAX_CHART_SERIES {
+            writeln!(
+                f,
+                "  (the first {MAX_CHART_SERIES} of {} series; the page has more)",
+                headline.len()
+            )?;
+        }
+        for s in headline.into_iter().take(MAX_CHART_SERIES) {
             let name = clip(&s.name, w);
             let old = s
                 .fit
@@ -299,6 +313,9 @@ impl fmt::Display for Summary {
                     )?
                 }
             }
+        }
+        for failure in &self.charts_not_drawn {
+            writeln!(f, "{failure}")?;
         }
         Ok(())
     }

@@ -1,7 +1,8 @@
 //! Render a report from a synthetic results file and look at it the way a
 //! person would: headless Chromium screenshots the page and dumps its DOM.
-//! Needs the Debian packages `chromium` and `fonts-dejavu-core` (project
-//! set-up installs both); without Chromium the test fails, it never skips.
+//! Needs the Debian package `chromium` (project set-up installs it, and
+//! `fonts-dejavu-core` so the page's own text has a font in Chromium; the
+//! PNG charts need none); without Chromium the test fails, it never skips.
 
 use std::collections::BTreeSet;
 use std::io::Read;
