@@ -33,7 +33,7 @@ pub const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ),
     (
         "fonts-dejavu-core",
-        "the font the report's charts are drawn with",
+        "a font for the pages Chromium renders in the tests (the charts carry their own)",
     ),
     (
         "chromium",
