@@ -138,7 +138,14 @@ impl MpiComm {
 
     /// Runs one MPI call of `bytes` bytes under the runtime's lock (if any) and the
     /// watchdog, and checks its code.
-    fn call(&self, what: &'static str, bytes: usize, f: impl FnOnce() -> c_int) -> Result<()> {
+    /// `what` is a reference to a literal (`&"MPI_Bcast"`): one word for the
+    /// watchdog to keep.
+    fn call(
+        &self,
+        what: &'static &'static str,
+        bytes: usize,
+        f: impl FnOnce() -> c_int,
+    ) -> Result<()> {
         let _g = self.rt.lock()?;
         let _watched = watchdog::watch(what, bytes, self.rank, self.timeout);
         check(f(), what)
@@ -207,7 +214,7 @@ impl Communicator for MpiComm {
             };
             let recv = mptr(out);
             // SAFETY: `send` and `recv` hold `count` elements of `dt` (or are MPI_IN_PLACE).
-            self.call("MPI_Allreduce", count * dtype.size(), || unsafe {
+            self.call(&"MPI_Allreduce", count * dtype.size(), || unsafe {
                 ffi::MPI_Allreduce(send, recv, n, dt, mop, self.comm)
             })?;
             if op == ReduceOp::Avg {
@@ -233,7 +240,7 @@ impl Communicator for MpiComm {
             }
             let buf = mptr(out);
             // SAFETY: `buf` holds `count` elements of `dt`.
-            self.call("MPI_Bcast", count * dtype.size(), || unsafe {
+            self.call(&"MPI_Bcast", count * dtype.size(), || unsafe {
                 ffi::MPI_Bcast(buf, n, dt, r, self.comm)
             })
         })())
@@ -278,7 +285,7 @@ impl Communicator for MpiComm {
             };
             // SAFETY: `send` holds `count` elements of `dt` (or is MPI_IN_PLACE at
             // the root); `recv` holds `count` at the root and is ignored elsewhere.
-            self.call("MPI_Reduce", count * dtype.size(), || unsafe {
+            self.call(&"MPI_Reduce", count * dtype.size(), || unsafe {
                 ffi::MPI_Reduce(send, recv, n, dt, mop, r, self.comm)
             })?;
             if me == root && op == ReduceOp::Avg {
@@ -304,7 +311,7 @@ impl Communicator for MpiComm {
             };
             let recv = mptr(out);
             // SAFETY: `send` holds `count` elements (or is MPI_IN_PLACE), `recv` world·count.
-            self.call("MPI_Allgather", nr * count * dtype.size(), || unsafe {
+            self.call(&"MPI_Allgather", nr * count * dtype.size(), || unsafe {
                 ffi::MPI_Allgather(send, n, dt, recv, n, dt, self.comm)
             })
         })())
@@ -333,7 +340,7 @@ impl Communicator for MpiComm {
                     let (send, recv) = (cptr(s), mptr(out));
                     // SAFETY: `send` holds world·count elements of `dt`, `recv` count.
                     self.call(
-                        "MPI_Reduce_scatter_block",
+                        &"MPI_Reduce_scatter_block",
                         nr * count * dtype.size(),
                         || unsafe {
                             ffi::MPI_Reduce_scatter_block(send, recv, n, dt, mop, self.comm)
@@ -345,7 +352,7 @@ impl Communicator for MpiComm {
                     let recv = mptr(out);
                     // SAFETY: `recv` holds world·count elements of `dt`.
                     self.call(
-                        "MPI_Reduce_scatter_block",
+                        &"MPI_Reduce_scatter_block",
                         nr * count * dtype.size(),
                         || unsafe {
                             ffi::MPI_Reduce_scatter_block(in_place, recv, n, dt, mop, self.comm)
@@ -362,7 +369,7 @@ impl Communicator for MpiComm {
                     let (send, recv) = (cptr(&copy), mptr(mine));
                     // SAFETY: `send` holds world·count elements of `dt`, `recv` count.
                     self.call(
-                        "MPI_Reduce_scatter_block",
+                        &"MPI_Reduce_scatter_block",
                         nr * count * dtype.size(),
                         || unsafe {
                             ffi::MPI_Reduce_scatter_block(send, recv, n, dt, mop, self.comm)
@@ -393,7 +400,7 @@ impl Communicator for MpiComm {
             };
             let recv = mptr(out);
             // SAFETY: `send` and `recv` hold world·count elements of `dt` (or send is MPI_IN_PLACE).
-            self.call("MPI_Alltoall", nr * count * dtype.size(), || unsafe {
+            self.call(&"MPI_Alltoall", nr * count * dtype.size(), || unsafe {
                 ffi::MPI_Alltoall(send, n, dt, recv, n, dt, self.comm)
             })
         })())
@@ -421,7 +428,7 @@ impl Communicator for MpiComm {
             };
             // SAFETY: `send` holds `count` elements of `dt` (or is MPI_IN_PLACE at
             // the root); `recv` holds world·count at the root and is ignored elsewhere.
-            self.call("MPI_Gather", count * dtype.size(), || unsafe {
+            self.call(&"MPI_Gather", count * dtype.size(), || unsafe {
                 ffi::MPI_Gather(send, n, dt, recv, n, dt, r, self.comm)
             })
         })())
@@ -457,7 +464,7 @@ impl Communicator for MpiComm {
             };
             // SAFETY: at the root `send` holds world·count elements of `dt`; `recv`
             // holds `count` (or is MPI_IN_PLACE at the root).
-            self.call("MPI_Scatter", count * dtype.size(), || unsafe {
+            self.call(&"MPI_Scatter", count * dtype.size(), || unsafe {
                 ffi::MPI_Scatter(send, n, dt, recv, n, dt, r, self.comm)
             })
         })())
@@ -465,7 +472,7 @@ impl Communicator for MpiComm {
 
     fn barrier(&self) -> Result<()> {
         // SAFETY: a plain collective on our communicator.
-        noted(self.call("MPI_Barrier", 0, || unsafe { ffi::MPI_Barrier(self.comm) }))
+        noted(self.call(&"MPI_Barrier", 0, || unsafe { ffi::MPI_Barrier(self.comm) }))
     }
 
     fn send(&self, buf: &Buffer<'_>, peer: usize) -> Result<()> {
@@ -474,7 +481,7 @@ impl Communicator for MpiComm {
             let (dt, n) = (self.rt.datatype(buf.dtype()), int(buf.len(), "send")?);
             let data = cptr(buf.host_bytes(B)?);
             // SAFETY: `data` holds `n` elements of `dt`.
-            self.call("MPI_Send", n as usize * buf.dtype().size(), || unsafe {
+            self.call(&"MPI_Send", n as usize * buf.dtype().size(), || unsafe {
                 ffi::MPI_Send(data, n, dt, p, TAG, self.comm)
             })
         })())
@@ -490,12 +497,12 @@ impl Communicator for MpiComm {
             let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
             // SAFETY: `data` holds `n` elements of `dt`; a longer message is an
             // MPI_ERR_TRUNCATE error, not an overrun.
-            self.call("MPI_Recv", n as usize * dtype.size(), || unsafe {
+            self.call(&"MPI_Recv", n as usize * dtype.size(), || unsafe {
                 ffi::MPI_Recv(data, n, dt, p, TAG, self.comm, &mut status)
             })?;
             let mut got: c_int = 0;
             // SAFETY: `status` was filled in by MPI_Recv.
-            self.call("MPI_Get_count", 0, || unsafe {
+            self.call(&"MPI_Get_count", 0, || unsafe {
                 ffi::MPI_Get_count(&status, dt, &mut got)
             })?;
             if got != n {

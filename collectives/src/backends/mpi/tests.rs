@@ -68,7 +68,7 @@ fn mpi_errors_come_back_as_errors() {
     let p = x.as_mut_ptr().cast();
     // SAFETY: a negative count is rejected by MPI before it touches `p`.
     let e = c
-        .call("MPI_Bcast", 0, || unsafe {
+        .call(&"MPI_Bcast", 0, || unsafe {
             ffi::MPI_Bcast(p, -1, dt, 0, c.comm)
         })
         .unwrap_err();
