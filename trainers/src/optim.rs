@@ -1,12 +1,12 @@
-//! Stochastic gradient descent with momentum whose state can be saved.
+//! Stochastic gradient descent with momentum whose state can be saved, in a few
+//! tensor operations per step however many parameters the model has.
 //!
 //! tch's `nn::Optimizer` wraps libtorch's C++ optimizer and does not expose its
 //! momentum buffers, so a checkpoint made with it could not resume training exactly.
-//! [`Sgd`] keeps the buffers itself, one per parameter *name*, and
+//! [`Sgd`] keeps the buffers itself and hands them out by parameter *name*, and
 //! [`crate::checkpoint`] stores them next to the weights.
 //!
-//! The update is `torch.optim.SGD`'s (single-tensor path), per parameter `p` with
-//! gradient `g`:
+//! The update is `torch.optim.SGD`'s, per parameter `p` with gradient `g`:
 //!
 //! ```text
 //! g   = g + weight_decay · p                         (if weight_decay ≠ 0)
@@ -16,25 +16,44 @@
 //! p   = p − lr · g
 //! ```
 //!
-//! Parameters without a gradient (not used in the forward pass) are skipped and get
-//! no buffer, as in PyTorch.
+//! **Flat storage.** Element-wise, that update is the same for every parameter, so
+//! [`Sgd`] runs it once over all of them: at construction the parameters of each
+//! dtype and device are copied end to end into one flat tensor and each parameter
+//! becomes a view of its slice (`set_data`, as PyTorch's `p.data = …`); likewise
+//! each parameter's `.grad`, so autograd, which adds a new gradient *in place* into a
+//! defined `.grad`, accumulates straight into the flat gradient; and the momentum
+//! buffers are slices of one flat buffer. A step is then about eight tensor
+//! operations per group (usually one group) instead of eight per parameter: on a GPU,
+//! where each is a kernel launch, this is what keeps the optimizer off the step's
+//! critical path (tch 0.24 has neither `_foreach_*` nor `_fused_sgd_`).
+//! [`Sgd::step_ops`] counts them. Before each step [`Sgd`] checks (by data pointer,
+//! no tensor operation) that every parameter and gradient still lives in its slice;
+//! one that was moved (e.g. by a second optimizer over the same parameters, or a
+//! `set_data`) is copied back in, with its current values.
+//!
+//! **Unused parameters.** Every parameter has a gradient from construction on, zero
+//! until a backward reaches it, as PyTorch leaves them with `zero_grad(set_to_none=
+//! False)`. A parameter the forward pass does not use is therefore updated with a
+//! zero gradient (momentum and weight decay still move it), where PyTorch's default
+//! `set_to_none=True` would skip it.
 //!
 //! **Rounding.** PyTorch computes each `x.add(y, alpha=a)` above as one fused
 //! multiply-add (on AVX2/AVX-512 CPUs and on CUDA); tch 0.24 exposes no `alpha`, so
-//! [`Sgd`] emulates the fused operation for `f32` in `f64` (see `add_scaled`). A test
-//! compares the result with libtorch's own `torch::optim::SGD` (what tch's `nn::Sgd`
-//! runs, the same formulas as Python's) for plain, momentum, weight-decay, Nesterov
-//! and dampened SGD: equal to within 1e-6 after five steps, and on the AVX2 and
-//! AVX-512 machines we have run it on, equal to the bit. The bits are not promised:
-//! they hold only where libtorch's kernel really fuses the multiply-add, which a CPU
-//! without FMA (or a libtorch forced to its baseline kernels) does not. What exact
-//! resumption from a checkpoint needs holds by construction: [`Sgd`] is bit-for-bit
-//! deterministic with itself (same ops, same order, same shapes).
-
-use std::collections::BTreeMap;
+//! on the CPU [`Sgd`] emulates the fused operation for `f32` in `f64` (see `axpy`;
+//! memory-bound either way, and over the flat tensors it is a handful of operations).
+//! A test compares the result with libtorch's own `torch::optim::SGD` (what tch's
+//! `nn::Sgd` runs, the same formulas as Python's) for plain, momentum, weight-decay,
+//! Nesterov and dampened SGD: equal to within 1e-6 after five steps, and on the AVX2
+//! and AVX-512 machines we have run it on, equal to the bit. The bits are not
+//! promised: they hold only where libtorch's kernel really fuses the multiply-add,
+//! which a CPU without FMA (or a libtorch forced to its baseline kernels) does not.
+//! On other devices (CUDA) [`Sgd`] multiplies and adds in the tensors' own dtype (two
+//! roundings, two kernels), within an ulp per operation of PyTorch's fused result.
+//! What exact resumption from a checkpoint needs holds by construction: [`Sgd`] is
+//! bit-for-bit deterministic with itself (same ops, same order, same shapes).
 
 use tch::nn::VarStore;
-use tch::{Kind, Tensor};
+use tch::{Device, Kind, Tensor};
 
 use crate::{Error, Result};
 
@@ -120,8 +139,186 @@ pub struct Sgd {
     config: SgdConfig,
     /// (name, variable) in name order, so every rank and every run walks them alike.
     params: Vec<(String, Tensor)>,
-    /// Momentum buffers by parameter name; created at a parameter's first step.
-    buffers: BTreeMap<String, Tensor>,
+    /// The parameters that require a gradient, by dtype and device, laid flat.
+    groups: Vec<Group>,
+    /// Tensor operations the last [`Sgd::step`] issued.
+    step_ops: usize,
+}
+
+/// The parameters of one dtype on one device, end to end in flat tensors.
+#[derive(Debug)]
+struct Group {
+    /// Indices into [`Sgd::params`], in name order.
+    members: Vec<usize>,
+    /// Each member's shape, and its offset and length in the flat tensors.
+    spans: Vec<(Vec<i64>, i64, i64)>,
+    /// The parameters' values; each member is a view of its slice.
+    params: Tensor,
+    /// Their gradients; each member's `.grad` is a view of its slice.
+    grads: Tensor,
+    /// The momentum buffers; `None` until the first step with momentum (or a load).
+    momentum: Option<Tensor>,
+    /// Members (positions in `members`) whose buffer does not exist although
+    /// `momentum` does (a checkpoint held only some): their next step sets it to
+    /// their gradient, as a first step does.
+    fresh: Vec<usize>,
+}
+
+/// Counts the tensor operations a step dispatches (each a kernel on a GPU).
+#[derive(Debug, Default)]
+struct Ops(usize);
+
+impl Ops {
+    /// Counts one operation and converts its error.
+    fn run<T>(&mut self, r: std::result::Result<T, tch::TchError>) -> Result<T> {
+        self.0 += 1;
+        Ok(r?)
+    }
+
+    /// Counts one in-place operation (whose returned handle is the tensor itself).
+    fn apply(&mut self, r: std::result::Result<Tensor, tch::TchError>) -> Result<()> {
+        self.run(r).map(drop)
+    }
+}
+
+impl Group {
+    /// The members `members` of `all` (same dtype and device) laid flat, each
+    /// parameter and gradient made a view of its slice.
+    fn new(members: Vec<usize>, all: &[(String, Tensor)]) -> Result<Group> {
+        let first = &all[members[0]].1;
+        let options = (first.f_kind()?, first.device());
+        let mut spans = Vec::with_capacity(members.len());
+        let mut total = 0;
+        for &i in &members {
+            let n = all[i].1.numel() as i64;
+            spans.push((all[i].1.size(), total, n));
+            total += n;
+        }
+        let group = Group {
+            members,
+            spans,
+            params: Tensor::f_empty([total], options)?,
+            grads: Tensor::f_zeros([total], options)?,
+            momentum: None,
+            fresh: Vec::new(),
+        };
+        group.attach(all, &mut Ops::default())?;
+        Ok(group)
+    }
+
+    /// Member `k`'s slice of `flat`, shaped as the member.
+    fn slice(&self, flat: &Tensor, k: usize) -> Result<Tensor> {
+        let (shape, offset, n) = &self.spans[k];
+        Ok(flat.f_narrow(0, *offset, *n)?.f_view(shape.as_slice())?)
+    }
+
+    /// Whether every member and its gradient still live in their slices (pointers
+    /// only: no tensor operation, so the check costs no kernel).
+    fn attached(&self, all: &[(String, Tensor)]) -> bool {
+        let elt = self.params.kind().elt_size_in_bytes();
+        let (params, grads) = (
+            self.params.data_ptr() as usize,
+            self.grads.data_ptr() as usize,
+        );
+        self.members
+            .iter()
+            .zip(&self.spans)
+            .all(|(&i, (_, at, n))| {
+                let p = &all[i].1;
+                let at = *at as usize * elt;
+                // An empty member has no storage to share: nothing to check.
+                *n == 0
+                    || (p.data_ptr() as usize == params + at
+                        && p.f_grad()
+                            .is_ok_and(|g| g.defined() && g.data_ptr() as usize == grads + at))
+            })
+    }
+
+    /// Copies every member's values and gradient (zero if it has none) into its
+    /// slices and makes the member and its `.grad` views of them.
+    fn attach(&self, all: &[(String, Tensor)], ops: &mut Ops) -> Result<()> {
+        tch::no_grad(|| -> Result<()> {
+            for (k, &i) in self.members.iter().enumerate() {
+                let p = &all[i].1;
+                let (value, grad) = (self.slice(&self.params, k)?, self.slice(&self.grads, k)?);
+                ops.run(value.shallow_clone().f_copy_(p))?;
+                let mut g = p.f_grad()?;
+                if g.defined() {
+                    ops.run(grad.shallow_clone().f_copy_(&g))?;
+                } else {
+                    g = define_grad(p)?;
+                    ops.apply(grad.shallow_clone().f_zero_())?;
+                }
+                // `set_data` swaps the storage under the variable (and under its
+                // `.grad`, which is what autograd accumulates into) and keeps its
+                // identity: every handle to it, e.g. a VarStore's, sees the slice.
+                p.shallow_clone().f_set_data(&value)?;
+                g.f_set_data(&grad)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// One SGD update of all members (under `no_grad`).
+    fn update(&mut self, c: SgdConfig, ops: &mut Ops) -> Result<()> {
+        let Group {
+            params,
+            grads,
+            momentum,
+            fresh,
+            spans,
+            ..
+        } = self;
+        // The direction: the gradient itself, or a new tensor where the rule changes
+        // it (the `.grad` the caller sees is never modified).
+        let mut d = if c.weight_decay != 0.0 {
+            let mut d = ops.run(grads.f_detach_copy())?;
+            axpy(&mut d, c.weight_decay, params, ops)?;
+            Some(d)
+        } else {
+            None
+        };
+        if c.momentum != 0.0 {
+            let dir = d.as_ref().unwrap_or(grads);
+            let buf = match momentum {
+                Some(buf) => {
+                    ops.apply(buf.f_mul_scalar_(c.momentum))?;
+                    if c.dampening != 0.0 {
+                        axpy(buf, 1.0 - c.dampening, dir, ops)?;
+                    } else {
+                        // alpha = 1: the fused and the plain sum are the same.
+                        ops.apply(buf.f_add_(dir))?;
+                    }
+                    buf.shallow_clone()
+                }
+                None => {
+                    let buf = ops.run(dir.f_detach_copy())?;
+                    *momentum = Some(buf.shallow_clone());
+                    buf
+                }
+            };
+            // Only after a load with some buffers missing: one copy per such member,
+            // once.
+            let fresh = std::mem::take(fresh);
+            for k in fresh {
+                let (_, at, n) = spans[k];
+                let mut slot = buf.f_narrow(0, at, n)?;
+                ops.run(slot.f_copy_(&dir.f_narrow(0, at, n)?))?;
+            }
+            d = Some(if c.nesterov {
+                let mut n = match d {
+                    Some(d) => d,
+                    None => ops.run(grads.f_detach_copy())?,
+                };
+                axpy(&mut n, c.momentum, &buf, ops)?;
+                n
+            } else {
+                buf
+            });
+        }
+        let dir = d.as_ref().unwrap_or(grads);
+        axpy(&mut params.shallow_clone(), -c.lr, dir, ops)
+    }
 }
 
 impl Sgd {
@@ -136,7 +333,10 @@ impl Sgd {
     }
 
     /// An optimizer over the given named parameters (e.g. several stages' VarStores).
-    /// Names must be unique.
+    /// Names must be unique, and a parameter that requires a gradient must be a leaf
+    /// (a variable, not computed from one). From here on each parameter that requires
+    /// a gradient, and its gradient, share the optimizer's flat storage (see the
+    /// [module docs](self)); one that does not is never updated.
     pub fn with_params(
         params: impl IntoIterator<Item = (String, Tensor)>,
         config: SgdConfig,
@@ -150,10 +350,31 @@ impl Sgd {
                 w[0].0
             )));
         }
+        let mut by_place: Vec<((Kind, Device), Vec<usize>)> = Vec::new();
+        for (i, (name, p)) in params.iter().enumerate() {
+            if !p.requires_grad() {
+                continue;
+            }
+            if !p.f_is_leaf()? {
+                return Err(Error::InvalidArgument(format!(
+                    "SGD: parameter {name:?} is computed from other tensors (not a leaf)"
+                )));
+            }
+            let place = (p.f_kind()?, p.device());
+            match by_place.iter_mut().find(|(at, _)| *at == place) {
+                Some((_, members)) => members.push(i),
+                None => by_place.push((place, vec![i])),
+            }
+        }
+        let groups = by_place
+            .into_iter()
+            .map(|(_, members)| Group::new(members, &params))
+            .collect::<Result<_>>()?;
         Ok(Sgd {
             config,
             params,
-            buffers: BTreeMap::new(),
+            groups,
+            step_ops: 0,
         })
     }
 
@@ -190,29 +411,44 @@ impl Sgd {
         &self.params
     }
 
-    /// The momentum buffers by parameter name (shallow handles: they share storage
-    /// with the optimizer's own). Empty before the first step or without momentum.
+    /// The momentum buffers by parameter name, sorted (views of the optimizer's own
+    /// flat buffer, sharing its storage). Empty before the first step or without
+    /// momentum.
     pub fn momentum_buffers(&self) -> Vec<(String, Tensor)> {
-        self.buffers
-            .iter()
-            .map(|(n, t)| (n.clone(), t.shallow_clone()))
-            .collect()
+        let mut out = Vec::new();
+        for g in &self.groups {
+            let Some(buf) = &g.momentum else { continue };
+            for (k, &i) in g.members.iter().enumerate() {
+                if g.fresh.contains(&k) {
+                    continue;
+                }
+                // Narrowing our own flat tensor to a span we laid out cannot fail.
+                if let Ok(view) = g.slice(buf, k) {
+                    out.push((self.params[i].0.clone(), view));
+                }
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
     }
 
     /// Replaces all momentum buffers. Each name must be a parameter of this optimizer
-    /// and each buffer must have its parameter's shape and kind; nothing changes
-    /// unless all of them do. The buffers are copied onto the parameters' devices.
+    /// that requires a gradient, and each buffer must have its parameter's shape and
+    /// kind; nothing changes unless all of them do. The buffers are copied onto the
+    /// parameters' devices; a parameter given none starts its buffer at its next step.
     pub fn set_momentum_buffers(
         &mut self,
         buffers: impl IntoIterator<Item = (String, Tensor)>,
     ) -> Result<()> {
-        let mut new = BTreeMap::new();
+        // (group, member) of each given buffer, checked before anything changes.
+        let mut given: Vec<(usize, usize, Tensor)> = Vec::new();
         for (name, buf) in buffers {
-            let Some((_, p)) = self.params.iter().find(|(n, _)| *n == name) else {
+            let Ok(i) = self.params.binary_search_by(|(n, _)| n.as_str().cmp(&name)) else {
                 return Err(Error::InvalidArgument(format!(
                     "SGD: momentum buffer for {name:?}, which is not a parameter"
                 )));
             };
+            let p = &self.params[i].1;
             if buf.size() != p.size() || buf.kind() != p.kind() {
                 return Err(Error::InvalidArgument(format!(
                     "SGD: momentum buffer for {name:?} is {:?} {:?}, the parameter is {:?} {:?}",
@@ -222,18 +458,62 @@ impl Sgd {
                     p.size()
                 )));
             }
-            // A private copy: the caller's tensor must not alias optimizer state.
-            let copy = tch::no_grad(|| buf.f_to_device(p.device())?.f_detach_copy())?;
-            new.insert(name, copy);
+            let Some((gi, k)) = self
+                .groups
+                .iter()
+                .enumerate()
+                .find_map(|(gi, g)| g.members.iter().position(|&m| m == i).map(|k| (gi, k)))
+            else {
+                return Err(Error::InvalidArgument(format!(
+                    "SGD: momentum buffer for {name:?}, a parameter that requires no gradient"
+                )));
+            };
+            given.push((gi, k, buf));
         }
-        self.buffers = new;
+        let mut new: Vec<(Option<Tensor>, Vec<usize>)> = Vec::with_capacity(self.groups.len());
+        for (gi, g) in self.groups.iter().enumerate() {
+            let mine: Vec<&(usize, usize, Tensor)> =
+                given.iter().filter(|(at, _, _)| *at == gi).collect();
+            if mine.is_empty() {
+                new.push((None, Vec::new()));
+                continue;
+            }
+            // A private copy: the caller's tensors must not alias optimizer state.
+            let flat = g.params.f_zeros_like()?;
+            tch::no_grad(|| -> Result<()> {
+                for (_, k, buf) in &mine {
+                    g.slice(&flat, *k)?.f_copy_(buf)?;
+                }
+                Ok(())
+            })?;
+            let fresh = (0..g.members.len())
+                .filter(|k| !mine.iter().any(|(_, m, _)| m == k))
+                .collect();
+            new.push((Some(flat), fresh));
+        }
+        for (g, (momentum, fresh)) in self.groups.iter_mut().zip(new) {
+            g.momentum = momentum;
+            g.fresh = fresh;
+        }
         Ok(())
     }
 
-    /// Zeroes every parameter's gradient (where one exists).
+    /// Zeroes every parameter's gradient: one operation per group.
     pub fn zero_grad(&mut self) {
-        for (_, p) in &mut self.params {
-            p.zero_grad();
+        for g in &self.groups {
+            if g.attached(&self.params) {
+                let _ = g.grads.shallow_clone().f_zero_();
+            } else {
+                // Moved out of our storage since the last step; the next step moves
+                // it back.
+                for &i in &g.members {
+                    if let Ok(mut grad) = self.params[i].1.f_grad() {
+                        if grad.defined() {
+                            let _ = grad.f_zero_();
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -246,215 +526,56 @@ impl Sgd {
 
     /// Applies one update from the gradients currently held by the parameters.
     pub fn step(&mut self) -> Result<()> {
-        let SgdConfig {
-            lr,
-            momentum,
-            dampening,
-            weight_decay,
-            nesterov,
-        } = self.config;
-        tch::no_grad(|| -> Result<()> {
-            for (name, p) in &self.params {
-                let g = p.grad();
-                if !g.defined() {
-                    continue;
-                }
-                let mut d = if weight_decay != 0.0 {
-                    add_scaled(&g, weight_decay, p)?
-                } else {
-                    g
-                };
-                if momentum != 0.0 {
-                    let buf = match self.buffers.get_mut(name) {
-                        Some(buf) => {
-                            let _ = buf.f_mul_scalar_(momentum)?;
-                            if dampening != 0.0 {
-                                let next = add_scaled(buf, 1.0 - dampening, &d)?;
-                                buf.f_copy_(&next)?;
-                            } else {
-                                // alpha = 1: the fused and the plain sum are the same.
-                                let _ = buf.f_add_(&d)?;
-                            }
-                            buf.shallow_clone()
-                        }
-                        None => {
-                            let buf = d.f_detach_copy()?;
-                            self.buffers.insert(name.clone(), buf.shallow_clone());
-                            buf
-                        }
-                    };
-                    d = if nesterov {
-                        add_scaled(&d, momentum, &buf)?
-                    } else {
-                        buf
-                    };
-                }
-                let mut p = p.shallow_clone();
-                p.f_copy_(&add_scaled(&p, -lr, &d)?)?;
+        let mut ops = Ops::default();
+        for g in &mut self.groups {
+            if !g.attached(&self.params) {
+                g.attach(&self.params, &mut ops)?;
             }
-            Ok(())
-        })
+            tch::no_grad(|| g.update(self.config, &mut ops))?;
+        }
+        self.step_ops = ops.0;
+        Ok(())
+    }
+
+    /// How many tensor operations (kernels, on a GPU) the last [`Sgd::step`]
+    /// dispatched: a few per dtype and device, whatever the parameter count (more
+    /// only in a step that had to re-attach a moved parameter).
+    pub fn step_ops(&self) -> usize {
+        self.step_ops
     }
 }
 
-/// `a + alpha·b` rounded as PyTorch's `a.add(b, alpha=alpha)` rounds it for `f32`
-/// tensors on CPU (AVX2/AVX-512) and CUDA: one fused multiply-add, with `alpha`
-/// first rounded to `f32`. tch 0.24 has no `alpha` argument, so the fused operation
-/// is emulated in `f64`, where the product of two `f32`s is exact and only the sum
-/// rounds; the result is then rounded to `f32` (the second rounding differs from a
-/// true FMA only when the `f64` sum falls exactly halfway between two `f32`s, about
-/// once in 2^29 elements). Other dtypes use a plain multiply and add.
-fn add_scaled(a: &Tensor, alpha: f64, b: &Tensor) -> Result<Tensor> {
-    if a.kind() == Kind::Float && b.kind() == Kind::Float {
+/// `a += alpha·b`, rounded on the CPU for `f32` as PyTorch's `a.add_(b, alpha=alpha)`
+/// rounds it on AVX2/AVX-512: one fused multiply-add, with `alpha` first rounded to
+/// `f32`. tch 0.24 has no `alpha` argument, so the fused operation is emulated in
+/// `f64`, where the product of two `f32`s is exact and only the sum rounds; the
+/// result is then rounded to `f32` (the second rounding differs from a true FMA only
+/// when the `f64` sum falls exactly halfway between two `f32`s, about once in 2^29
+/// elements). Elsewhere (other dtypes, CUDA) a plain multiply and add: two kernels
+/// instead of five, and no `f64` (slow on most GPUs) for a rounding no test checks.
+fn axpy(a: &mut Tensor, alpha: f64, b: &Tensor, ops: &mut Ops) -> Result<()> {
+    if a.kind() == Kind::Float && b.kind() == Kind::Float && a.device() == Device::Cpu {
         let alpha = f64::from(alpha as f32);
-        let sum = a
-            .f_to_kind(Kind::Double)?
-            .f_add(&b.f_to_kind(Kind::Double)?.f_mul_scalar(alpha)?)?;
-        Ok(sum.f_to_kind(Kind::Float)?)
+        let mut sum = ops.run(a.f_to_kind(Kind::Double))?;
+        let mut scaled = ops.run(b.f_to_kind(Kind::Double))?;
+        ops.apply(scaled.f_mul_scalar_(alpha))?;
+        ops.apply(sum.f_add_(&scaled))?;
+        ops.run(a.f_copy_(&sum))?;
     } else {
-        Ok(a.f_add(&b.f_mul_scalar(alpha)?)?)
+        let scaled = ops.run(b.f_mul_scalar(alpha))?;
+        ops.apply(a.f_add_(&scaled))?;
     }
+    Ok(())
+}
+
+/// Gives `p` a zero gradient through autograd (tch cannot assign `.grad`).
+fn define_grad(p: &Tensor) -> Result<Tensor> {
+    tch::with_grad(|| -> Result<()> {
+        p.f_mul_scalar(0.0)?.f_sum(p.f_kind()?)?.f_backward()?;
+        Ok(())
+    })?;
+    Ok(p.f_grad()?)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use tch::nn::{ModuleT, OptimizerConfig};
-    use tch::{Device, Kind};
-
-    fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
-        (a - b).abs().max().double_value(&[])
-    }
-
-    /// Our SGD against libtorch's C++ `torch::optim::SGD` (what `nn::Sgd` builds) on
-    /// the same model, data and initial weights, for several configurations. Not the
-    /// same ops (ours emulates libtorch's fused multiply-add in f64), so the bits are
-    /// not promised on every CPU (see the module doc): a tolerance instead. 1e-6 is
-    /// ~10 f32 ulps of these weights (|w| < 0.1), yet 1000× below what a wrong rule
-    /// would move them (lr 0.05 × a gradient of ~1e-2 after dampening or momentum).
-    #[test]
-    fn matches_libtorch_sgd_to_within_f32_rounding() {
-        tch::set_num_threads(1);
-        let data = crate::data::synthetic(32, 4).unwrap();
-        let configs = [
-            SgdConfig::new(0.1),
-            SgdConfig::new(0.05).momentum(0.9),
-            SgdConfig::new(0.05).momentum(0.9).weight_decay(1e-2),
-            SgdConfig::new(0.05).momentum(0.9).nesterov(true),
-            SgdConfig {
-                dampening: 0.3,
-                ..SgdConfig::new(0.05).momentum(0.5)
-            },
-        ];
-        for cfg in configs {
-            let ours_vs = VarStore::new(Device::Cpu);
-            let ours_model = crate::models::mlp(&Default::default()).build(&ours_vs.root());
-            let mut theirs_vs = VarStore::new(Device::Cpu);
-            let theirs_model = crate::models::mlp(&Default::default()).build(&theirs_vs.root());
-            theirs_vs.copy(&ours_vs).unwrap();
-            let mut ours = Sgd::new(&ours_vs, cfg).unwrap();
-            let mut theirs = tch::nn::Sgd {
-                momentum: cfg.momentum,
-                dampening: cfg.dampening,
-                wd: cfg.weight_decay,
-                nesterov: cfg.nesterov,
-            }
-            .build(&theirs_vs, cfg.lr)
-            .unwrap();
-            for step in 0..5 {
-                let idx: Vec<usize> = (step * 6..step * 6 + 6).collect();
-                let (x, y) = data.batch(&idx).unwrap();
-                let l1 = ours_model.forward_t(&x, true).cross_entropy_for_logits(&y);
-                ours.backward_step(&l1).unwrap();
-                let l2 = theirs_model
-                    .forward_t(&x, true)
-                    .cross_entropy_for_logits(&y);
-                theirs.backward_step(&l2);
-            }
-            let a = ours_vs.variables();
-            let b = theirs_vs.variables();
-            let (mut same, mut all) = (0, 0);
-            for (name, t) in &a {
-                let d = max_abs_diff(t, &b[name]);
-                assert!(
-                    d <= 1e-6,
-                    "{cfg:?}: {name} differs from libtorch's SGD by up to {d:e}"
-                );
-                same += t.eq_tensor(&b[name]).sum(Kind::Int64).int64_value(&[]);
-                all += t.numel() as i64;
-            }
-            eprintln!("{cfg:?}: {same} of {all} weights bit-identical to libtorch's");
-        }
-    }
-
-    #[test]
-    fn first_step_sets_buffer_to_gradient_then_momentum_accumulates() {
-        let mut p = Tensor::from_slice(&[1.0f32, 2.0]).set_requires_grad(true);
-        let mut opt = Sgd::with_params(
-            [("w".to_owned(), p.shallow_clone())],
-            SgdConfig::new(0.5).momentum(0.9),
-        )
-        .unwrap();
-        // loss = sum(3 p): grad is 3 everywhere, every step.
-        for _ in 0..2 {
-            let loss = (&p * 3.0).sum(Kind::Float);
-            opt.backward_step(&loss).unwrap();
-        }
-        // step 1: buf = 3, p = p - 1.5; step 2: buf = 0.9·3 + 3 = 5.7, p -= 2.85.
-        let buf = &opt.momentum_buffers()[0].1;
-        assert_eq!(Vec::<f32>::try_from(buf).unwrap(), [5.7f32, 5.7]);
-        let got = Vec::<f32>::try_from(p.detach()).unwrap();
-        assert_eq!(got, [1.0f32 - 1.5 - 2.85, 2.0 - 1.5 - 2.85]);
-        p.zero_grad();
-    }
-
-    #[test]
-    fn parameters_without_gradient_are_skipped() {
-        let used = Tensor::from_slice(&[1.0f32]).set_requires_grad(true);
-        let unused = Tensor::from_slice(&[1.0f32]).set_requires_grad(true);
-        let mut opt = Sgd::with_params(
-            [
-                ("used".to_owned(), used.shallow_clone()),
-                ("unused".to_owned(), unused.shallow_clone()),
-            ],
-            SgdConfig::new(1.0).momentum(0.5),
-        )
-        .unwrap();
-        opt.backward_step(&used.sum(Kind::Float)).unwrap();
-        assert_eq!(unused.double_value(&[0]), 1.0);
-        assert_eq!(used.double_value(&[0]), 0.0);
-        let names: Vec<String> = opt.momentum_buffers().into_iter().map(|b| b.0).collect();
-        assert_eq!(names, ["used"]);
-    }
-
-    #[test]
-    fn bad_configs_and_buffers_are_errors() {
-        assert!(SgdConfig::new(-1.0).validate().is_err());
-        assert!(SgdConfig::new(f64::NAN).validate().is_err());
-        assert!(SgdConfig::new(0.1).nesterov(true).validate().is_err());
-        assert!(
-            SgdConfig::new(0.1)
-                .momentum(0.9)
-                .nesterov(true)
-                .validate()
-                .is_ok()
-        );
-        let p = Tensor::zeros([2], tch::kind::FLOAT_CPU).set_requires_grad(true);
-        let twice = [
-            ("a".to_owned(), p.shallow_clone()),
-            ("a".to_owned(), p.shallow_clone()),
-        ];
-        assert!(Sgd::with_params(twice, SgdConfig::new(0.1)).is_err());
-        let mut opt = Sgd::with_params([("a".to_owned(), p)], SgdConfig::new(0.1)).unwrap();
-        let e = opt
-            .set_momentum_buffers([("b".to_owned(), Tensor::zeros([2], tch::kind::FLOAT_CPU))])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("\"b\""), "{e}");
-        let e = opt
-            .set_momentum_buffers([("a".to_owned(), Tensor::zeros([3], tch::kind::FLOAT_CPU))])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("[3]") && e.contains("[2]"), "{e}");
-    }
-}
+mod tests;
