@@ -41,16 +41,16 @@ struct Slot {
     timeout_ticks: AtomicU64,
 }
 
-const IDLE: Slot = Slot {
-    owned: AtomicBool::new(false),
-    started: AtomicU64::new(0),
-    what: AtomicPtr::new(std::ptr::null_mut()),
-    bytes: AtomicUsize::new(0),
-    rank: AtomicUsize::new(0),
-    timeout_ticks: AtomicU64::new(0),
-};
-
-static SLOT_TABLE: [Slot; SLOTS] = [IDLE; SLOTS];
+static SLOT_TABLE: [Slot; SLOTS] = [const {
+    Slot {
+        owned: AtomicBool::new(false),
+        started: AtomicU64::new(0),
+        what: AtomicPtr::new(std::ptr::null_mut()),
+        bytes: AtomicUsize::new(0),
+        rank: AtomicUsize::new(0),
+        timeout_ticks: AtomicU64::new(0),
+    }
+}; SLOTS];
 /// The watchdog's clock: ticks since it started (the calls read it instead of
 /// the system clock).
 static TICKS: AtomicU64 = AtomicU64::new(0);
