@@ -15,7 +15,7 @@ use collectives::algorithms::Algo;
 use collectives::rendezvous::store::{TOKEN_VAR, Token};
 use collectives::transport::TransportKind;
 use collectives::{BufferMut, Communicator, Input, ReduceOp, backends, job};
-use labkit::hosts::{Hosts, HostsError, Link, shape_args};
+use labhosts::{Hosts, HostsError, Link, shape_args};
 use measure::{Figure, FigureSeries};
 use trainers::consistency::network::{Exchange, NetJob, train_rank};
 use trainers::consistency::sharded_ps::ShardedPs;
