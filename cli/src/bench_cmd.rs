@@ -282,7 +282,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             bench::bytes_needed(&case, world)
         })
         .try_fold(0, |most, need| need.map(|n| n.max(most)))
-        .with_context(|| format!("-e {}", args.max_bytes))?;
+        .with_context(|| format!("-e {}", args.sizes.max_bytes))?;
     bench::check_fits(
         largest,
         rdv.info.local_world_size,

@@ -1,7 +1,8 @@
 //! Lab 2: the baseline. Single-device training of the CNN on Fashion-MNIST with a
-//! training step of your own ([`exercise`]) plugged into `trainers`' real loop
-//! ([`trainers::train::baseline`]), timed phase by phase; the reference solution
-//! is the step every trainer of `trainers` runs, [`SgdStep`].
+//! training step of your own ([`exercise::YourStep`], a `TrainStep`) plugged
+//! into `trainers`' real loop ([`trainers::train::baseline`]), timed phase by
+//! phase; the reference solution is the step every trainer of `trainers` runs,
+//! [`SgdStep`].
 
 pub mod exercise;
 
@@ -9,35 +10,20 @@ use std::path::Path;
 
 use labkit::Variant;
 use trainers::data::{self, Dataset, Split};
-use trainers::optim::Sgd;
-use trainers::train::baseline::{Baseline, compare_steps};
-use trainers::train::phases::PhaseClock;
-use trainers::train::step::{Batch, Replica, SgdStep, StepOutput, TrainStep};
+use trainers::train::baseline::{Baseline, BaselineRun, compare_steps};
+use trainers::train::step::SgdStep;
 
-/// The training step of `variant`: the learner's or `trainers`' own.
-#[derive(Debug, Clone, Copy)]
-pub struct Step(pub Variant);
-
-impl TrainStep for Step {
-    type Error = anyhow::Error;
-
-    fn forward_backward(
-        &mut self,
-        model: &mut dyn Replica,
-        batch: &Batch,
-        clock: &mut PhaseClock,
-    ) -> anyhow::Result<StepOutput> {
-        match self.0 {
-            Variant::Exercise => exercise::forward_backward(model, batch, clock),
-            Variant::Solution => Ok(SgdStep.forward_backward(model, batch, clock)?),
-        }
-    }
-
-    fn optimizer_step(&mut self, opt: &mut Sgd, clock: &mut PhaseClock) -> anyhow::Result<()> {
-        match self.0 {
-            Variant::Exercise => exercise::optimizer_step(opt, clock),
-            Variant::Solution => Ok(SgdStep.optimizer_step(opt, clock)?),
-        }
+/// Trains `config` with `variant`'s step (the learner's [`exercise::YourStep`]
+/// or trainers' [`SgdStep`]).
+pub fn train(
+    variant: Variant,
+    config: &Baseline,
+    train_set: &Dataset,
+    test_set: &Dataset,
+) -> trainers::Result<BaselineRun> {
+    match variant {
+        Variant::Exercise => config.run(&mut exercise::YourStep, train_set, test_set),
+        Variant::Solution => config.run(&mut SgdStep, train_set, test_set),
     }
 }
 
@@ -67,6 +53,10 @@ pub fn check_config() -> Baseline {
 pub fn check(variant: Variant) -> anyhow::Result<String> {
     tch::set_num_threads(1);
     let (train_set, test_set) = load(Path::new(data::DEFAULT_DIR), 2_000)?;
-    let comparison = compare_steps(&check_config(), &mut Step(variant), &train_set, &test_set)?;
+    let config = check_config();
+    let comparison = match variant {
+        Variant::Exercise => compare_steps(&config, &mut exercise::YourStep, &train_set, &test_set),
+        Variant::Solution => compare_steps(&config, &mut SgdStep, &train_set, &test_set),
+    }?;
     comparison.verdict().map_err(anyhow::Error::msg)
 }

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Parser;
-use lab02_baseline::{Step, load};
+use lab02_baseline::{load, train};
 use labkit::{Run, Variant};
 use measure::{Figure, FigureSeries};
 use tch::Device;
@@ -100,8 +100,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         };
         let name = device_name(device);
         let t = Instant::now();
-        let r = config
-            .run(&mut Step(variant), &train_set, &test_set)
+        let r = train(variant, &config, &train_set, &test_set)
             .with_context(|| format!("training on {name}"))?;
         let (first, last) = (r.losses[0], r.losses[r.losses.len() - 1]);
         println!(

@@ -1,7 +1,7 @@
 //! Lab 3: Hogwild! — N worker processes train one set of parameters that lives in
 //! shared memory, each updating it whenever it likes, without locks.
 //!
-//! The learner writes three pieces ([`exercise`]); trainers' Hogwild
+//! The learner writes three pieces ([`exercise::YourPieces`]); trainers' Hogwild
 //! (`trainers::hogwild`) runs them through its [`Pieces`] seam, and its own
 //! [`Reference`] pieces are the solution. The self-check is
 //! [`hogwild::check_pieces`], the same function trainers' tests run on the
@@ -13,38 +13,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use labkit::{LabError, Variant};
-use tch::Tensor;
 use trainers::hogwild::{self, HogwildConfig, Pieces, Reference, Sharing, WorkerProgram};
 use trainers::models::Arch;
-
-/// The learner's pieces from [`exercise`], as trainers' seam takes them.
-#[derive(Debug, Clone, Copy)]
-pub struct Exercise;
-
-/// A learner's error (an unsolved TODO, a libtorch error) as trainers' seam error,
-/// its message as is, so the parent's report and the check show the TODO.
-fn piece(r: anyhow::Result<()>) -> trainers::Result<()> {
-    r.map_err(|e| trainers::Error::Seam(format!("{e:#}").into()))
-}
-
-impl Pieces for Exercise {
-    fn fill(&self, params: &[Tensor], shared: &[Tensor]) -> trainers::Result<()> {
-        piece(exercise::fill(params, shared))
-    }
-
-    fn attach(&self, params: &[Tensor], shared: &[Tensor]) -> trainers::Result<()> {
-        piece(exercise::attach(params, shared))
-    }
-
-    fn update(&self, params: &[Tensor], lr: f64) -> trainers::Result<()> {
-        piece(exercise::update(params, lr))
-    }
-}
 
 /// The pieces of `variant`: the learner's, or trainers' own.
 pub fn pieces(variant: Variant) -> &'static dyn Pieces {
     match variant {
-        Variant::Exercise => &Exercise,
+        Variant::Exercise => &exercise::YourPieces,
         Variant::Solution => &Reference,
     }
 }

@@ -1,7 +1,7 @@
-//! Lab 4: DataParallel. The learner writes the five pieces of a data-parallel step
-//! ([`exercise`]); they plug into trainers' real `DataParallel` through its seam,
-//! [`trainers::data_parallel::Pieces`], whose [`Standard`] implementation is the
-//! reference solution. The self-check is trainers' own equivalence check
+//! Lab 4: DataParallel. The learner writes the five pieces of a data-parallel
+//! step ([`exercise::YourPieces`]); they plug into trainers' real `DataParallel`
+//! through its seam, [`trainers::data_parallel::Pieces`], whose [`Standard`]
+//! implementation is the reference solution. The self-check is trainers' own equivalence check
 //! ([`trainers::data_parallel::check::equivalence`]) on Fashion-MNIST.
 
 #![deny(missing_docs)]
@@ -9,55 +9,17 @@
 pub mod exercise;
 
 pub use labkit_torch::{fashion_mnist_in as fashion_mnist, lab_error};
-use std::time::Duration;
 
 use labkit::{LabError, Variant};
-use tch::{Cuda, Device, Tensor};
+use tch::{Cuda, Device};
 use trainers::data::{self, Split};
 use trainers::data_parallel::check::{self, CheckError};
 use trainers::data_parallel::{Pieces, Replication, Standard};
-use trainers::models::Stage;
-
-/// The learner's [`exercise`] as trainers' seam. Its errors (an unsolved TODO
-/// included) travel through the real step as [`trainers::Error::Seam`], unchanged.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Exercise;
-
-fn seam(e: anyhow::Error) -> trainers::Error {
-    trainers::Error::Seam(e.into())
-}
-
-impl Pieces for Exercise {
-    fn replicate(&self, master: &[Tensor], replicas: &[Vec<Tensor>]) -> trainers::Result<()> {
-        exercise::replicate(master, replicas).map_err(seam)
-    }
-
-    fn scatter(&self, x: &Tensor, devices: &[Device]) -> trainers::Result<Vec<Tensor>> {
-        exercise::scatter(x, devices).map_err(seam)
-    }
-
-    fn parallel_apply(
-        &self,
-        modules: Vec<&mut Stage>,
-        inputs: Vec<Tensor>,
-        train: bool,
-    ) -> trainers::Result<Vec<(Tensor, Duration)>> {
-        exercise::parallel_apply(modules, inputs, train).map_err(seam)
-    }
-
-    fn gather(&self, outputs: &[Tensor], device: Device) -> trainers::Result<Tensor> {
-        exercise::gather(outputs, device).map_err(seam)
-    }
-
-    fn reduce(&self, master: &[Tensor], replicas: &[Vec<Tensor>]) -> trainers::Result<()> {
-        exercise::reduce(master, replicas).map_err(seam)
-    }
-}
 
 /// The pieces of `variant`: the learner's, or trainers' own.
 pub fn pieces(variant: Variant) -> Box<dyn Pieces> {
     match variant {
-        Variant::Exercise => Box::new(Exercise),
+        Variant::Exercise => Box::new(exercise::YourPieces),
         Variant::Solution => Box::new(Standard),
     }
 }

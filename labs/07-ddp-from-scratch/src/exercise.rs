@@ -20,10 +20,6 @@ use trainers::comm::buffer_mut;
 use trainers::ddp::GradSync;
 use trainers::{Error, Result};
 
-fn todo(what: &'static str) -> Error {
-    Error::Seam(Box::new(labkit::todo(7, what, file!())))
-}
-
 /// Your DDP.
 pub struct YourSync;
 
@@ -36,7 +32,7 @@ impl GradSync for YourSync {
         // TODO(lab 07): for each tensor, broadcast it from `root` in place:
         // `let mut t = t.shallow_clone();` (a handle on the same memory), then
         // `comm.broadcast(Input::InPlace, &mut buffer_mut(&mut t)?, root)?`.
-        Err(todo("step 1: broadcast"))
+        Err(labkit::todo!(7, "step 1: broadcast"))
     }
 
     /// Step 1b: replace `flat` by its average over the ranks. DDP calls it on
@@ -44,7 +40,7 @@ impl GradSync for YourSync {
     /// parameter's gradient: one call per parameter).
     fn all_reduce_mean(&self, comm: &dyn Communicator, flat: &mut Tensor) -> Result<()> {
         // TODO(lab 07): one all_reduce with ReduceOp::Avg, in place, on `flat`.
-        Err(todo("step 1: all_reduce_mean"))
+        Err(labkit::todo!(7, "step 1: all_reduce_mean"))
     }
     // ANCHOR_END: step1
 
@@ -54,14 +50,14 @@ impl GradSync for YourSync {
     fn flatten(&self, grads: &[Tensor], flat: &mut Tensor) -> Result<()> {
         // TODO(lab 07): walk an offset through `flat`: copy each gradient,
         // flattened, into the next `g.numel()` elements.
-        Err(todo("step 2: flatten"))
+        Err(labkit::todo!(7, "step 2: flatten"))
     }
 
     /// Step 2b: copy the averaged `flat` back into `grads`, each its own shape.
     fn unflatten(&self, flat: &Tensor, grads: &[Tensor]) -> Result<()> {
         // TODO(lab 07): the same walk the other way: view the next `g.numel()`
         // elements with `g`'s shape and copy them into `g`.
-        Err(todo("step 2: unflatten"))
+        Err(labkit::todo!(7, "step 2: unflatten"))
     }
     // ANCHOR_END: step2
 
@@ -76,7 +72,7 @@ impl GradSync for YourSync {
     fn ready(&self, stage: usize, ready_stage: &[usize], next: usize) -> Result<usize> {
         // TODO(lab 07): advance `next` past every bucket whose ready stage is
         // `stage` or later; stop at the first one that still waits.
-        Err(todo("step 3: ready"))
+        Err(labkit::todo!(7, "step 3: ready"))
     }
     // ANCHOR_END: step3
 }

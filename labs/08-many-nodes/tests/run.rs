@@ -1,7 +1,7 @@
 //! The lab's program as a learner runs it. As root (CI), its quick run puts two
 //! ranks in two network namespaces; elsewhere that part says why it skipped.
 
-use labkit::hosts::Hosts;
+use labhosts::Hosts;
 use labkit::testing::{quick_run, starter_fails};
 
 const LAB: &str = env!("CARGO_BIN_EXE_lab08-many-nodes");

@@ -21,10 +21,6 @@ use trainers::comm::buffer_mut;
 use trainers::ddp::{GradSync, Standard};
 use trainers::{Error, Result};
 
-fn todo(what: &'static str) -> Error {
-    Error::Seam(Box::new(labkit::todo(10, what, file!())))
-}
-
 /// Your compression hook: the gradients travel as `kind` (`Kind::Half` for
 /// fp16, `Kind::BFloat16` for bf16).
 pub struct YourCompression {
@@ -45,7 +41,7 @@ impl GradSync for YourCompression {
         //     Err(Error::InvalidArgument(..)) saying the mean overflowed (an
         //     infinity written into the gradients would ruin the weights);
         //  4. copy it back into `flat`.
-        Err(todo("the compression hook"))
+        Err(labkit::todo!(10, "the compression hook"))
     }
     // ANCHOR_END: hook
 

@@ -15,7 +15,7 @@ use collectives::algorithms::Algo;
 use collectives::rendezvous::store::{TOKEN_VAR, Token};
 use collectives::transport::TransportKind;
 use collectives::{BufferMut, Communicator, Input, ReduceOp, backends, job};
-use labkit::hosts::{Hosts, HostsError, Link, shape_args};
+use labhosts::{Hosts, HostsError, Link, shape_args};
 use measure::{Figure, FigureSeries};
 use trainers::consistency::network::{Exchange, NetJob, train_rank};
 use trainers::consistency::sharded_ps::ShardedPs;
@@ -190,7 +190,7 @@ pub fn latency_floor(via: Via, n: usize) -> usize {
 fn ranks(hosts: &Hosts, args: &[String], what: &str) -> anyhow::Result<String> {
     let n = hosts.len();
     let token = Token::generate()?.to_string();
-    let port = labkit::free_port()?.to_string();
+    let port = collectives::launch::free_port()?.to_string();
     let exe = std::env::current_exe()?;
     let mut children = Vec::new();
     for k in 0..n {

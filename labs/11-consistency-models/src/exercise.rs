@@ -10,12 +10,8 @@
 // when you have finished, and the compiler will tell you what is left.
 #![allow(unused_variables)]
 
+use trainers::Result;
 use trainers::consistency::StalenessBound;
-use trainers::{Error, Result};
-
-fn todo(what: &'static str) -> Error {
-    Error::Seam(Box::new(labkit::todo(11, what, file!())))
-}
 
 /// Your staleness bound.
 pub struct YourBound;
@@ -30,7 +26,7 @@ impl StalenessBound for YourBound {
         // slowest` steps ahead of it, which may be at most `staleness`.
         // (With staleness 0 every worker waits for all the others at every
         // step: synchronous training.)
-        Err(todo("the staleness bound"))
+        Err(labkit::todo!(11, "the staleness bound"))
     }
     // ANCHOR_END: may_start
 }

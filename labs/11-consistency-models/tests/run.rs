@@ -31,7 +31,7 @@ fn quick_run_with_the_solution_trains_every_model_and_draws() {
 /// rounds times the delay: 2 for the server, 2 ring steps + 1 agreement
 /// round for the ring. Returns the names of the figures part 2 drew.
 fn across_hosts(run: &labkit::testing::QuickRun) -> Vec<&'static str> {
-    if let Err(why) = labkit::hosts::Hosts::available() {
+    if let Err(why) = labhosts::Hosts::available() {
         println!("part 2 not checked: {why}");
         return vec![];
     }

@@ -22,10 +22,6 @@ use tch::{Kind, Tensor};
 use trainers::sync_bn::{Moments, Reduce};
 use trainers::{Error, Result};
 
-fn todo(what: &'static str) -> Error {
-    Error::Seam(Box::new(labkit::todo(12, what, file!())))
-}
-
 /// Your SyncBatchNorm statistics.
 pub struct YourMoments;
 
@@ -45,7 +41,7 @@ impl Moments for YourMoments {
         //     channel (not the average of each rank's variance: with unequal
         //     means that is not the variance of the whole batch); return them
         //     with n, as f32 again (`t.f_to_kind(Kind::Float)`).
-        Err(todo("SyncBatchNorm's statistics"))
+        Err(labkit::todo!(12, "SyncBatchNorm's statistics"))
     }
     // ANCHOR_END: moments
 }

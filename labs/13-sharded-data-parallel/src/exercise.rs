@@ -22,10 +22,6 @@ use trainers::comm::{buffer, buffer_mut};
 use trainers::zero::{GradPath, SgdStep, sgd_update};
 use trainers::{Error, Result};
 
-fn todo(what: &'static str) -> Error {
-    Error::Seam(Box::new(labkit::todo(13, what, file!())))
-}
-
 /// Your gradient path.
 pub struct YourGradPath;
 
@@ -49,7 +45,7 @@ impl GradPath for YourGradPath {
         //     every block to every rank: twice the bytes, and a whole
         //     gradient's memory);
         //  2. update `shard` with that block and `momentum` (sgd_update).
-        Err(todo("the ZeRO-2 gradient path"))
+        Err(labkit::todo!(13, "the ZeRO-2 gradient path"))
     }
     // ANCHOR_END: grad_path
 }

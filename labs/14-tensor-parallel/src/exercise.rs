@@ -23,10 +23,6 @@ use trainers::comm::buffer_mut;
 use trainers::tensor_parallel::RowForward;
 use trainers::{Error, Result};
 
-fn todo(what: &'static str) -> Error {
-    Error::Seam(Box::new(labkit::todo(14, what, file!())))
-}
-
 /// Your row-parallel layer.
 pub struct YourRowParallel;
 
@@ -52,7 +48,7 @@ impl RowForward for YourRowParallel {
         //     (the bracket is exactly zero; its gradient passes straight to
         //     `partial`, which is what the all-reduce's backward must do);
         //  4. add the bias, once, after the sum.
-        Err(todo("the row-parallel forward"))
+        Err(labkit::todo!(14, "the row-parallel forward"))
     }
     // ANCHOR_END: row_forward
 }

@@ -12,6 +12,11 @@
 //! run in threads), never meet, and a later run can remove what a crashed or
 //! interrupted one left ([`remove_stale`], called by [`Hosts::create`]).
 //! [`Hosts`] removes its own on drop.
+//!
+//! Its own package, used by labs 8 and 11 only, so the other labs do not
+//! build it.
+
+#![deny(missing_docs)]
 
 mod delay_line;
 

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::HostsError;
+use crate::HostsError;
 
 /// Longest sleep between checks of the stop flag.
 const TICK: Duration = Duration::from_millis(20);
@@ -30,13 +30,13 @@ const MAX_FRAME: usize = 65_536;
 /// thread and closes the devices (the kernel removes a TAP when its last
 /// descriptor closes).
 #[derive(Debug)]
-pub(super) struct DelayLine {
+pub(crate) struct DelayLine {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 /// Opens a TAP device named `name` (in this namespace; the caller moves it).
-pub(super) fn open_tap(name: &str) -> Result<OwnedFd, HostsError> {
+pub(crate) fn open_tap(name: &str) -> Result<OwnedFd, HostsError> {
     let unavailable =
         |why: String| HostsError::Unavailable(format!("no TAP device for a delay line: {why}"));
     if name.len() >= libc::IFNAMSIZ {
@@ -83,7 +83,7 @@ pub(super) fn open_tap(name: &str) -> Result<OwnedFd, HostsError> {
 impl DelayLine {
     /// Starts switching among `taps` (host k's device at index k), holding
     /// every frame for `delay`.
-    pub(super) fn start(taps: Vec<OwnedFd>, delay: Duration) -> DelayLine {
+    pub(crate) fn start(taps: Vec<OwnedFd>, delay: Duration) -> DelayLine {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
@@ -95,7 +95,7 @@ impl DelayLine {
 
     /// Whether the switch thread started (it fails only if the system is out
     /// of threads).
-    pub(super) fn running(&self) -> bool {
+    pub(crate) fn running(&self) -> bool {
         self.thread.is_some()
     }
 }
