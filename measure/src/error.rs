@@ -1,5 +1,11 @@
 //! The one error type of this crate. Every variant about a file names it,
 //! because a report usually merges several.
+//!
+//! Each message carries its cause (what the operating system or the JSON
+//! parser said) in its text, and no variant exposes it again as a
+//! [`std::error::Error::source`]: `anyhow`'s `{:#}` and `Debug`, which print a
+//! message and then every source, would print the cause twice ("No space left
+//! on device" twice after a full disk).
 
 use std::path::PathBuf;
 
@@ -10,20 +16,20 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A results file could not be read at all (missing, permissions, ...).
-    #[error("cannot read results file {path}: {source}")]
+    #[error("cannot read results file {path}: {cause}")]
     Read {
         /// The file.
         path: PathBuf,
         /// What the operating system said.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A results file is not valid JSON, or not the expected shape.
-    #[error("results file {path} is not a valid ringside results document: {source}")]
+    #[error("results file {path} is not a valid ringside results document: {cause}")]
     Parse {
         /// The file.
         path: PathBuf,
         /// Where and why serde gave up (line and column included).
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
     /// The document is JSON but declares another format (or none).
     #[error(
@@ -60,24 +66,30 @@ pub enum Error {
         reason: String,
     },
     /// A line that looks like a result record but does not parse as one.
-    #[error("bad result line {line:?}: {source}")]
+    #[error("bad result line {line:?}: {cause}")]
     BadLine {
         /// The offending line (truncated).
         line: String,
         /// The JSON error.
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
     /// Writing a results file failed; `doing` says at which step.
-    #[error("{doing} {path}: {source}")]
+    #[error("{doing} {path}: {cause}")]
     Write {
         /// `creating`, `writing` or `renaming to`.
         doing: &'static str,
         /// The file or folder.
         path: PathBuf,
         /// What the operating system said.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// Serialising a results file failed (not expected: every field is plain data).
     #[error("cannot serialise results: {0}")]
-    Serialise(#[from] serde_json::Error),
+    Serialise(serde_json::Error),
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(e: serde_json::Error) -> Self {
+        Error::Serialise(e)
+    }
 }

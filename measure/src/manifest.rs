@@ -162,22 +162,41 @@ pub fn manifest(build: &Build, world: usize, transport: &str, combine: &str) -> 
     })
 }
 
-/// Now as a directory-friendly UTC stamp: `20261121-103000`.
+/// A results folder's name: now as a UTC stamp to the microsecond, then this
+/// process's id, e.g. `20261121-103000.123456-p4242`.
+///
+/// Unique to this process and microsecond, so two runs started in the same
+/// second no longer share (and overwrite) one folder, as they did when the
+/// stamp stopped at seconds. Names sort by time: the fixed-width stamp comes
+/// first, and a folder named by an older build (`20261121-103000`) sorts
+/// before every newer one of its second.
 pub fn stamp() -> String {
-    created()
-        .replace(['-', ':'], "")
-        .replace('T', "-")
-        .trim_end_matches('Z')
-        .to_owned()
+    let now = since_epoch();
+    format!(
+        "{}.{:06}-p{}",
+        civil(now.as_secs())
+            .replace(['-', ':'], "")
+            .replace('T', "-")
+            .trim_end_matches('Z'),
+        now.subsec_micros(),
+        std::process::id()
+    )
 }
 
-/// Now as RFC 3339 UTC, without a date crate: days from the epoch by the
-/// civil-from-days algorithm (proleptic Gregorian calendar).
+/// Now as RFC 3339 UTC, to the second.
 fn created() -> String {
-    let secs = std::time::SystemTime::now()
+    civil(since_epoch().as_secs())
+}
+
+fn since_epoch() -> std::time::Duration {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+        .unwrap_or_default()
+}
+
+/// `secs` after the epoch as RFC 3339 UTC, without a date crate: days from the
+/// epoch by the civil-from-days algorithm (proleptic Gregorian calendar).
+fn civil(secs: u64) -> String {
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let z = days as i64 + 719_468;
     let era = z.div_euclid(146_097);
@@ -223,5 +242,20 @@ mod tests {
         let c = m["created"].as_str().unwrap();
         assert_eq!(c.len(), 20, "{c}");
         assert!(c.starts_with("20"), "{c}");
+    }
+
+    #[test]
+    fn stamps_sort_by_time_after_old_second_stamps_and_name_the_process() {
+        assert_eq!(civil(0), "1970-01-01T00:00:00Z");
+        assert_eq!(civil(1_795_696_666), "2026-11-26T12:37:46Z");
+        let a = stamp();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = stamp();
+        assert!(a < b, "{a} then {b}");
+        // `20261126-121746.123456-p4242`: 15 + 7 characters, then the pid.
+        assert_eq!(a.as_bytes()[15], b'.', "{a}");
+        assert!(a.ends_with(&format!("-p{}", std::process::id())), "{a}");
+        // A folder an older build named for the same second sorts first.
+        assert!(&a[..15] < a.as_str(), "{a}");
     }
 }

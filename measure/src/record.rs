@@ -229,9 +229,9 @@ struct FormatProbe {
 /// Parse and validate the text of one results file; `origin` only names the
 /// file in errors.
 pub fn parse_results(text: &str, origin: &Path) -> Result<ResultsFile> {
-    let parse_err = |source| Error::Parse {
+    let parse_err = |cause| Error::Parse {
         path: origin.to_path_buf(),
-        source,
+        cause,
     };
     let probe: FormatProbe = serde_json::from_str(text).map_err(parse_err)?;
     match &probe.format {
@@ -271,9 +271,9 @@ pub fn parse_results(text: &str, origin: &Path) -> Result<ResultsFile> {
 
 /// Read, parse and validate one results file.
 pub fn read_results(path: &Path) -> Result<ResultsFile> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+    let text = std::fs::read_to_string(path).map_err(|cause| Error::Read {
         path: path.to_path_buf(),
-        source,
+        cause,
     })?;
     parse_results(&text, path)
 }
@@ -295,9 +295,9 @@ pub fn parse_line(line: &str) -> Result<Option<Record>> {
     }
     serde_json::from_value(value)
         .map(Some)
-        .map_err(|source| Error::BadLine {
+        .map_err(|cause| Error::BadLine {
             line: line.chars().take(200).collect(),
-            source,
+            cause,
         })
 }
 

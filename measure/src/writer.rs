@@ -82,29 +82,40 @@ impl ResultsWriter {
         Ok(serde_json::to_vec_pretty(&doc)?)
     }
 
-    /// Writes the whole file (temporary file, then rename).
+    /// Writes the whole file (temporary file, then rename). On failure (a full
+    /// disk) the temporary file is removed and the previous file, if any, stays
+    /// as it was.
     pub fn write(&self) -> Result<()> {
         let Some(path) = &self.path else {
             return Ok(());
         };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| Error::Write {
+            std::fs::create_dir_all(dir).map_err(|cause| Error::Write {
                 doing: "creating",
                 path: dir.to_path_buf(),
-                source,
+                cause,
             })?;
         }
+        let bytes = self.to_json()?;
         let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, self.to_json()?).map_err(|source| Error::Write {
-            doing: "writing",
-            path: tmp.clone(),
-            source,
-        })?;
-        std::fs::rename(&tmp, path).map_err(|source| Error::Write {
-            doing: "renaming to",
-            path: path.clone(),
-            source,
-        })
+        let written = std::fs::write(&tmp, bytes)
+            .map_err(|cause| Error::Write {
+                doing: "writing",
+                path: tmp.clone(),
+                cause,
+            })
+            .and_then(|()| {
+                std::fs::rename(&tmp, path).map_err(|cause| Error::Write {
+                    doing: "renaming to",
+                    path: path.clone(),
+                    cause,
+                })
+            });
+        if written.is_err() {
+            // Best effort: the error being returned is the one that matters.
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written
     }
 }
 
@@ -132,6 +143,37 @@ mod tests {
         assert!(keys.windows(2).all(|w| w[0] < w[1]), "{text}");
         assert!(!path.with_extension("json.tmp").exists());
         assert!(!text.contains("figures"), "bench files keep their layout");
+    }
+
+    #[test]
+    fn bench_json_leaves_no_tmp_after_a_failed_write_and_names_the_cause_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bench.json");
+        let mut w = ResultsWriter::new(Some(path.clone()), json!({}));
+        w.write().unwrap();
+        let before = std::fs::read(&path).unwrap();
+        // A folder where the file should go: the rename fails after the
+        // temporary file was written in full, the late failure of a full disk.
+        let blocked = dir.path().join("blocked.json");
+        std::fs::create_dir(&blocked).unwrap();
+        std::fs::write(blocked.join("x"), "").unwrap();
+        w.path = Some(blocked.clone());
+        let e = w.write().unwrap_err();
+        assert!(!blocked.with_extension("json.tmp").exists(), "{e}");
+        // A parent that is a file: nothing can be created at all.
+        w.path = Some(path.join("sub/bench.json"));
+        let e = w.write().unwrap_err();
+        let msg = format!("{e}");
+        assert!(msg.contains("creating"), "{msg}");
+        // The cause is in the message and not repeated as a source (which
+        // `anyhow`'s `{:#}` would print after it).
+        assert!(std::error::Error::source(&e).is_none(), "{msg}");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
+        assert_eq!(std::fs::read(&path).unwrap(), before);
     }
 
     #[test]

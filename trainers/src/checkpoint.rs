@@ -39,7 +39,15 @@
 //! the new one, never a mix. [`load`] reads the whole file and checks the format
 //! version, the checksum, that every model variable is present with the model's shape
 //! and dtype and that the file holds nothing the model lacks; only then does it copy
-//! anything into the model, so a bad file leaves the model untouched.
+//! anything into the model, so a bad file leaves the model untouched. Only a
+//! regular file is read, and no more of it than its size (at most
+//! [`MAX_CHECKPOINT_BYTES`]): a path to `/dev/zero` or a FIFO is an error at once,
+//! not a read until memory runs out or forever.
+//!
+//! One live run per checkpoint folder: [`lock_folder`] takes a lock on it that a
+//! second run (say one started with `--resume` while the first still trains) is
+//! refused, naming the first's pid; otherwise the two would resume from each
+//! other's saves and overwrite one file.
 //!
 //! ```no_run
 //! use tch::nn::VarStore;
@@ -559,11 +567,78 @@ fn serialize(path: &Path, vs: &VarStore, opt: Option<&Sgd>, state: &TrainState) 
 
 /// Reads and [`parse`]s the file at `path`.
 fn read(path: &Path) -> Result<Parsed> {
-    let bytes = fs::read(path).map_err(|source| Error::Io {
+    let bytes = read_regular_file(path)?;
+    parse(path, &bytes)
+}
+
+/// The largest checkpoint read: far above any model here, and a bound on the
+/// memory a wrong path can make a load take.
+pub const MAX_CHECKPOINT_BYTES: u64 = 32 << 30;
+
+/// The bytes of `path`, which must be a regular file no larger than
+/// [`MAX_CHECKPOINT_BYTES`]. Anything else would be read until memory runs out
+/// (`/dev/zero`) or forever (a FIFO nobody writes). Checked before opening, and
+/// again on the opened file (`fstat`) in case the path was swapped between the
+/// two; opened non-blocking so that a FIFO swapped in cannot block the open.
+/// The read stops at the size the check saw.
+fn read_regular_file(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    let io = |source| Error::Io {
         path: path.to_path_buf(),
         source,
-    })?;
-    parse(path, &bytes)
+    };
+    let check = |meta: &fs::Metadata| -> Result<u64> {
+        if !meta.is_file() {
+            return Err(bad(
+                path,
+                &format!(
+                    "is {}, not a regular file: a checkpoint is a file that `save` wrote",
+                    file_kind(meta)
+                ),
+            ));
+        }
+        if meta.len() > MAX_CHECKPOINT_BYTES {
+            return Err(bad(
+                path,
+                &format!(
+                    "is {} bytes, more than the {MAX_CHECKPOINT_BYTES} a checkpoint may be",
+                    meta.len()
+                ),
+            ));
+        }
+        Ok(meta.len())
+    };
+    check(&fs::metadata(path).map_err(io)?)?;
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io)?;
+    let len = check(&file.metadata().map_err(io)?)?;
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.take(len).read_to_end(&mut bytes).map_err(io)?;
+    Ok(bytes)
+}
+
+/// What a file that is not a regular file is, for an error message.
+fn file_kind(meta: &fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a folder"
+    } else if t.is_char_device() {
+        "a character device (like /dev/zero)"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "a file of another kind"
+    }
 }
 
 /// Parses a file's bytes and verifies the checksum if the metadata holds one.
@@ -880,6 +955,9 @@ fn remove_stale_temporaries(dir: &Path, name: &str) {
         }
     }
 }
+
+mod lock;
+pub use lock::{FolderLock, LOCK_FILE, lock_folder};
 
 #[cfg(test)]
 mod tests;

@@ -1,39 +1,49 @@
-//! One run of a lab: `results/labNN/<UTC time>/` with `results.json` (the bench's
-//! results format and manifest, rewritten after every record so an interrupted
-//! run keeps what it measured) and, at the end, its charts as SVG and PNG with an
-//! `index.html`, drawn by `reports` as for `ringside report`.
+//! One run of a lab: `results/labNN/<stamp>/` with `results.json` (the bench's
+//! results format and manifest, rewritten after every record) and, at the end,
+//! its charts as SVG and PNG with an `index.html`, drawn by `reports` as for
+//! `ringside report`.
+//!
+//! The run is written into a temporary folder, `results/labNN/.partial/<stamp>/`,
+//! and renamed to `results/labNN/<stamp>/` by [`Run::finish`] once its charts
+//! are written ([`measure::RunFolder`]): a run that fails (a full disk, an error
+//! in the lab) removes its folder and never becomes the newest run that the book
+//! shows. One killed outright (Ctrl-C) keeps what it measured under `.partial/`.
 
 use std::path::{Path, PathBuf};
 
-use measure::{Record, ResultsWriter, manifest};
+use measure::{Record, ResultsWriter, RunFolder, manifest};
 
 use crate::LabError;
 
 /// A lab run's results folder and results file (kept by rank 0).
 pub struct Run {
-    dir: PathBuf,
+    folder: RunFolder,
     writer: ResultsWriter,
 }
 
 impl Run {
     /// Starts a run of lab `lab` on `world` ranks over `transport`, timed as the
-    /// slowest rank. The folder is `$RINGSIDE_RESULTS_DIR/labNN/<time>/`, by
-    /// default under the workspace's `results/` (where `cargo xtask book` looks).
+    /// slowest rank, under [`results_root`]: `$RINGSIDE_RESULTS_DIR/labNN/`, by
+    /// default the workspace's `results/` (where `cargo xtask book` looks).
     pub fn start(lab: u32, world: usize, transport: &str) -> Result<Run, LabError> {
-        let dir = results_root()
-            .join(format!("lab{lab:02}"))
-            .join(manifest::stamp());
+        Self::start_in(&results_root(), lab, world, transport)
+    }
+
+    /// [`Run::start`] under `root` instead of [`results_root`].
+    pub fn start_in(root: &Path, lab: u32, world: usize, transport: &str) -> Result<Run, LabError> {
+        let folder = RunFolder::create(&root.join(format!("lab{lab:02}")))?;
         let writer = ResultsWriter::new(
-            Some(dir.join("results.json")),
+            Some(folder.dir().join("results.json")),
             manifest::manifest(&measure::build!(), world, transport, "max"),
         );
         writer.write()?;
-        Ok(Run { dir, writer })
+        Ok(Run { folder, writer })
     }
 
-    /// The run's folder.
+    /// The folder to write the run's own files into (a trace, a table): the
+    /// temporary one until [`Run::finish`] moves it, with them, into place.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.folder.dir()
     }
 
     /// Adds a measured size and rewrites the results file.
@@ -52,12 +62,27 @@ impl Run {
         Ok(self.writer.set_figure(figure)?)
     }
 
-    /// Draws the charts of everything pushed into the run's folder and returns
-    /// the folder.
+    /// Draws the charts of everything pushed into the run's folder, moves the
+    /// complete folder into place and returns where it is. On failure nothing
+    /// of the run is left.
     pub fn finish(self) -> Result<PathBuf, LabError> {
-        let results = self.dir.join("results.json");
-        reports::write_report(&[&results], &reports::ReportOptions::new(&self.dir))?;
-        Ok(self.dir)
+        let dir = self.folder.dir();
+        let results = dir.join("results.json");
+        match reports::write_report(&[&results], &reports::ReportOptions::new(dir)) {
+            Ok(_) => {}
+            // A write error as measure's, whose message carries the cause once
+            // (reports' repeats it as its source, printed again by `{:#}`).
+            Err(reports::Error::Write { path, source }) => {
+                return Err(measure::Error::Write {
+                    doing: "writing",
+                    path,
+                    cause: source,
+                }
+                .into());
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(self.folder.finish()?)
     }
 }
 
@@ -71,3 +96,6 @@ pub fn results_root() -> PathBuf {
         measure::results_root(Path::new("."))
     }
 }
+
+#[cfg(test)]
+mod tests;

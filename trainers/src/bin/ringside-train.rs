@@ -113,6 +113,7 @@ struct Args {
     #[arg(long, value_name = "FILE.json")]
     trace: Option<PathBuf>,
     /// Save a checkpoint (DIR/last.safetensors) after every epoch and at the end.
+    /// One live run per DIR: a second is refused, naming the first's pid.
     #[arg(long, value_name = "DIR")]
     checkpoint: Option<PathBuf>,
     /// Resume from DIR/last.safetensors (needs --checkpoint).
@@ -185,6 +186,13 @@ fn run(
     if args.batch == 0 || args.accumulate == 0 {
         bail!("--batch and --accumulate must be at least 1");
     }
+    // One live run per checkpoint folder (rank 0 writes it, so rank 0 holds
+    // it, until this function returns): a second run into it is refused here,
+    // before it reads anything, naming the first's pid.
+    let _checkpoint_lock = match &args.checkpoint {
+        Some(dir) if rank == 0 && !args.evaluate => Some(checkpoint::lock_folder(dir)?),
+        _ => None,
+    };
     tch::set_num_threads(args.threads);
     let device = if args.job.backend == Backend::Nccl {
         if !tch::Cuda::is_available() {

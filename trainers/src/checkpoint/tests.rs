@@ -833,3 +833,34 @@ fn stale_temporary_of_a_dead_writer_is_removed_by_the_next_save() {
     assert!(live.exists(), "a live writer's temporary was removed");
     assert!(other.exists(), "another checkpoint's temporary was removed");
 }
+
+#[test]
+fn checkpoint_path_that_is_dev_zero_or_a_fifo_is_refused_within_a_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("last.safetensors");
+    let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path; mkfifo reads it only.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    let run = Run::new(models::mlp(&small_mlp(4)));
+    for (path, kind) in [
+        (Path::new("/dev/zero"), "character device"),
+        (Path::new("/dev/urandom"), "character device"),
+        (fifo.as_path(), "FIFO"),
+        (dir.path(), "folder"),
+    ] {
+        // On a thread, so that a read that never ends fails the test rather
+        // than hanging it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.to_path_buf();
+        std::thread::spawn(move || {
+            let _ = tx.send(inspect(&p).map(|_| ()).map_err(|e| e.to_string()));
+        });
+        let got = rx
+            .recv_timeout(Duration::from_secs(1))
+            .unwrap_or_else(|_| panic!("reading {} took over a second", path.display()));
+        let e = got.unwrap_err();
+        assert!(e.contains(kind) && e.contains("not a regular file"), "{e}");
+        let e = load(path, &run.vs, None).unwrap_err().to_string();
+        assert!(e.contains(kind), "{e}");
+    }
+}
