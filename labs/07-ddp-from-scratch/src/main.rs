@@ -142,13 +142,15 @@ fn run(mut args: Args) -> anyhow::Result<()> {
         .with_layer("exposed communication", &exposed);
     run.figure(phases)?;
     if let Some((label, m)) = world2.iter().find(|(l, _)| l.contains("overlapped")) {
-        let trace = run.dir().join("trace-overlapped.json");
-        m.timeline.write_chrome_trace(&trace)?;
+        // Written into the run while it is being made; named by its place
+        // after `finish` moves the run into place.
+        m.timeline
+            .write_chrome_trace(&run.dir().join("trace-overlapped.json"))?;
         println!(
-            "\n{label}: {:.0}% of a step is exposed communication; its timeline: {} \
-             (open it in chrome://tracing or ui.perfetto.dev)",
+            "\n{label}: {:.0}% of a step is exposed communication; its timeline is \
+             trace-overlapped.json in the run's folder (open it in chrome://tracing or \
+             ui.perfetto.dev)",
             100.0 * m.exposed_ms / m.step_ms,
-            trace.display()
         );
     }
 
@@ -187,7 +189,8 @@ fn run(mut args: Args) -> anyhow::Result<()> {
     let dir = run.finish()?;
     println!(
         "\nCharts in {}: throughput.svg (samples/s on 1 and 2 ranks), exposed-communication.svg \
-         (where a 2-rank step's time goes), bucket-sweep.svg.",
+         (where a 2-rank step's time goes), bucket-sweep.svg; the overlapped step's timeline: \
+         trace-overlapped.json.",
         dir.display()
     );
     Ok(())
