@@ -60,7 +60,7 @@ fn endless(transport: &'static str, timeout: &'static str) -> Vec<&'static str> 
 }
 
 fn peer_killed_mid_all_reduce(transport: &'static str) {
-    let port = free_port();
+    let port = free_port().unwrap();
     let args = endless(transport, "5");
     let mut ranks: Vec<Child> = (0..3).map(|r| rank(r, 3, port, TOKEN, &args)).collect();
     // Let them get well into the loop.
@@ -183,7 +183,7 @@ fn port_in_use_is_a_clear_error() {
 
 #[test]
 fn unreachable_master_errors_within_the_timeout() {
-    let port = free_port();
+    let port = free_port().unwrap();
     let (out, took) = finish(
         rank(
             1,
@@ -202,7 +202,7 @@ fn unreachable_master_errors_within_the_timeout() {
 
 #[test]
 fn wrong_world_size_is_named() {
-    let port = free_port();
+    let port = free_port().unwrap();
     let args = ["sweep", "--nproc", "1", "--timeout", "3", "-e", "8"];
     let r0 = rank(0, 2, port, TOKEN, &args);
     let r1 = rank(1, 3, port, TOKEN, &args);
@@ -218,7 +218,7 @@ fn wrong_world_size_is_named() {
 
 #[test]
 fn wrong_job_token_is_refused() {
-    let port = free_port();
+    let port = free_port().unwrap();
     let args = ["sweep", "--nproc", "1", "--timeout", "3", "-e", "8"];
     let r0 = rank(0, 2, port, TOKEN, &args);
     let r1 = rank(1, 2, port, "ffeeddccbbaa99887766554433221100", &args);

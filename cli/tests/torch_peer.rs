@@ -96,7 +96,7 @@ fn finish(mut child: Child, deadline: Instant) -> (std::process::ExitStatus, Str
 fn run_world_2(args: &[&str]) -> String {
     let py = python();
     let script = cli_dir().join("src/torch_peer.py");
-    let port = free_port().to_string();
+    let port = free_port().unwrap().to_string();
     let children: Vec<Child> = (0..2)
         .map(|rank| {
             let mut cmd = Command::new(&py);

@@ -1,6 +1,7 @@
-//! What tch 0.24's autograd lacks and the parallel trainers need: a backward
-//! pass that starts from a given gradient (a pipeline stage, a ZeRO shard, a
-//! tensor-parallel block receive theirs from another rank).
+//! What tch 0.24's autograd lacks and the trainers need: a backward pass that
+//! starts from a given gradient (a pipeline stage, a ZeRO shard, a
+//! tensor-parallel block receive theirs from another rank), and a gradient
+//! defined before any backward (the optimizer's flat storage, DDP's buckets).
 
 use tch::{Kind, Tensor};
 
@@ -14,4 +15,14 @@ use crate::Result;
 pub fn backward_with_grad(output: &Tensor, grad: &Tensor) -> Result<()> {
     output.f_mul(grad)?.f_sum(Kind::Float)?.f_backward()?;
     Ok(())
+}
+
+/// Gives `p` a zero gradient through autograd (tch cannot assign `.grad`), so
+/// that later backward passes add into that tensor in place.
+pub fn define_grad(p: &Tensor) -> Result<Tensor> {
+    tch::with_grad(|| -> Result<()> {
+        p.f_mul_scalar(0.0)?.f_sum(p.f_kind()?)?.f_backward()?;
+        Ok(())
+    })?;
+    Ok(p.f_grad()?)
 }

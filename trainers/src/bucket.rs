@@ -18,6 +18,7 @@
 
 use tch::{Device, Tensor};
 
+use crate::autograd::define_grad;
 use crate::{Error, Result};
 
 /// PyTorch DDP's `bucket_cap_mb` default: 25 MiB.
@@ -191,15 +192,6 @@ impl Bucket {
             })
             .collect()
     }
-}
-
-/// Gives `p` a zero gradient through autograd (tch cannot assign `.grad`).
-fn define_grad(p: &Tensor) -> Result<Tensor> {
-    tch::with_grad(|| -> Result<()> {
-        p.f_mul_scalar(0.0)?.f_sum(p.f_kind()?)?.f_backward()?;
-        Ok(())
-    })?;
-    Ok(p.f_grad()?)
 }
 
 #[cfg(test)]

@@ -55,6 +55,7 @@
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
+use crate::autograd::define_grad;
 use crate::{Error, Result};
 
 /// Hyper-parameters of [`Sgd`], named as in `torch.optim.SGD`.
@@ -566,15 +567,6 @@ fn axpy(a: &mut Tensor, alpha: f64, b: &Tensor, ops: &mut Ops) -> Result<()> {
         ops.apply(a.f_add_(&scaled))?;
     }
     Ok(())
-}
-
-/// Gives `p` a zero gradient through autograd (tch cannot assign `.grad`).
-fn define_grad(p: &Tensor) -> Result<Tensor> {
-    tch::with_grad(|| -> Result<()> {
-        p.f_mul_scalar(0.0)?.f_sum(p.f_kind()?)?.f_backward()?;
-        Ok(())
-    })?;
-    Ok(p.f_grad()?)
 }
 
 #[cfg(test)]

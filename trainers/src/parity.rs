@@ -86,7 +86,7 @@ pub fn tensor_diff(name: &str, a: &Tensor, b: &Tensor) -> Result<f64> {
     let b = b.f_to_device(Device::Cpu)?;
     for (t, side) in [(&a, "the trained parameters"), (&b, "the reference")] {
         // all(isfinite) is one reduction; a scalar read is needed anyway.
-        if !t.f_isfinite()?.f_all()?.f_int64_value(&[])? != 0 {
+        if t.f_isfinite()?.f_all()?.f_int64_value(&[])? == 0 {
             let nan = t.f_isnan()?.f_any()?.f_int64_value(&[])? != 0;
             return Err(Error::NonFinite(format!(
                 "`{name}` holds {} in {side}: the training diverged, so nothing can be \

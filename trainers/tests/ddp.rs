@@ -44,7 +44,7 @@ fn load(vs: &nn::VarStore, params: &[(String, Tensor)]) {
     parity::load(vs, params).unwrap()
 }
 
-fn max_diff(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> f64 {
+fn params_diff(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> f64 {
     parity::max_diff(a, b).unwrap()
 }
 
@@ -224,7 +224,7 @@ fn no_sync_accumulation_equals_one_step_on_twice_the_batch() {
         snapshot(&vs)
     });
     for (rank, g) in got.iter().enumerate() {
-        let d = max_diff(g, &want);
+        let d = params_diff(g, &want);
         assert!(d <= 1e-5, "rank {rank}: max |Δparam| = {d:e}");
     }
 }
@@ -246,7 +246,7 @@ fn always_no_sync_ranks_diverge() {
         opt.step();
         snapshot(&vs)
     });
-    assert!(max_diff(&got[0], &got[1]) > 1e-4);
+    assert!(params_diff(&got[0], &got[1]) > 1e-4);
 }
 
 #[test]
@@ -374,7 +374,7 @@ fn resnet_replicas_stay_identical() {
         assert_eq!(comm.rank(), rank);
         snapshot(&vs)
     });
-    let d = max_diff(&got[0], &got[1]);
+    let d = params_diff(&got[0], &got[1]);
     assert!(d == 0.0, "replicas differ by {d:e}");
 }
 
@@ -417,7 +417,7 @@ fn with_communicator_evaluates_across_ranks_and_training_goes_on() {
     });
     assert_eq!(got[0].0, 30);
     assert_eq!((got[0].0, got[0].1), (got[1].0, got[1].1));
-    assert_eq!(max_diff(&got[0].2, &got[1].2), 0.0);
+    assert_eq!(params_diff(&got[0].2, &got[1].2), 0.0);
 }
 
 /// The binary end to end on two ranks: metrics, merged trace, checkpoint, and a

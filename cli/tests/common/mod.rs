@@ -40,9 +40,7 @@ pub fn alive(pid: u32) -> bool {
 
 /// A port nobody is listening on, for ringside's rendezvous store (rank 0
 /// binds `MASTER_PORT`, 29500 by default, which other jobs may hold).
-pub fn free_port() -> u16 {
-    collectives::launch::free_port().unwrap()
-}
+pub use collectives::launch::free_port;
 
 /// `cmd` with a clean launcher environment (no inherited RANK & co.), a free
 /// store port, and piped output.
@@ -63,7 +61,7 @@ pub fn clean_launch_env(cmd: &mut Command) -> &mut Command {
     ] {
         cmd.env_remove(var);
     }
-    cmd.env("MASTER_PORT", free_port().to_string())
+    cmd.env("MASTER_PORT", free_port().unwrap().to_string())
         .env("RUST_BACKTRACE", "0")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -147,10 +147,7 @@ fn two_node_job(variant: Variant, program: &std::path::Path) -> Result<(), LabEr
     Ok(())
 }
 
-/// A free TCP port on this host (the launcher's own pick).
-pub fn free_port() -> Result<u16, LabError> {
-    Ok(launch::free_port()?)
-}
+pub use collectives::launch::free_port;
 
 /// How long a rank may wait for a lost peer in the failure drill.
 pub const DRILL_TIMEOUT: Duration = Duration::from_secs(10);

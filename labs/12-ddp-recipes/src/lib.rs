@@ -36,18 +36,76 @@ pub const TOLERANCE: f64 = 1e-4;
 /// SyncBN with `variant`'s statistics on `world` ranks of 8 rows against
 /// BatchNorm on one process with all the rows, 10 steps of `data`, judged.
 pub fn judge(variant: Variant, world: usize, data: &Dataset) -> Result<Equivalence, LabError> {
-    let e = check::equivalence(world, 8, 10, data, moments(variant)).map_err(lab_error)?;
+    judge_moments(moments(variant), world, data)
+}
+
+/// [`judge`] for any statistics.
+pub fn judge_moments(
+    m: Arc<dyn Moments>,
+    world: usize,
+    data: &Dataset,
+) -> Result<Equivalence, LabError> {
+    let e = match check::equivalence(world, 8, 10, data, m.clone()) {
+        Ok(e) => e,
+        // Diverged: NaN weights can be compared with nothing; say why if we can.
+        Err(trainers::Error::NonFinite(what)) => {
+            return Err(LabError::Wrong(format!(
+                "on {world} ranks of 8 rows the training diverged: {what}.{}",
+                diagnose(m.as_ref()).unwrap_or_default()
+            )));
+        }
+        Err(other) => return Err(lab_error(other)),
+    };
     if e.max_diff.is_nan() || e.max_diff > TOLERANCE || e.moved < 1e-3 {
         return Err(LabError::Wrong(format!(
             "on {world} ranks of 8 rows, after 10 steps the weights and running statistics \
              differ from one process's BatchNorm on all {} rows by up to {:.3e} (allowed \
              {TOLERANCE:e}): are the sums and the count reduced over the ranks, the variance \
-             E[x²] − E[x]² of the whole batch (biased), and n the global row count?",
+             E[x²] − E[x]² of the whole batch (biased), and n the global row count?{}",
             world * 8,
-            e.max_diff
+            e.max_diff,
+            diagnose(m.as_ref()).unwrap_or_default()
         )));
     }
     Ok(e)
+}
+
+/// Names the mistake in statistics `m`, if it is one we know, by
+/// calling them on two rows `[1, 3]` of one channel where the other rank holds
+/// the same two rows (so `reduce` doubles what it is given): the whole batch is
+/// 4 rows, mean 2, biased variance 1.
+pub fn diagnose(m: &dyn Moments) -> Option<String> {
+    let x = Tensor::from_slice(&[1f32, 3.0]).f_reshape([2, 1]).ok()?;
+    let mut reduced = false;
+    let mut reduce = |t: &Tensor| -> trainers::Result<Tensor> {
+        reduced = true;
+        Ok(t.f_mul_scalar(2.0)?)
+    };
+    let (mean, var, n) = m.moments(&x, &mut reduce).ok()?;
+    let (mean, var) = (
+        mean.f_double_value(&[0]).ok()?,
+        var.f_double_value(&[0]).ok()?,
+    );
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
+    let why = if !reduced {
+        "your statistics never call `reduce`: each rank normalises with its own rows only"
+    } else if close(n, 2.0) && close(mean, 4.0) {
+        "n is this rank's row count (2), not every rank's (4): the sums were reduced but \
+         divided by the local count, so the mean doubles and Σx²/n − mean² goes negative \
+         (here −6), and the square root of a negative variance is NaN"
+    } else if close(n, 2.0) {
+        "n is this rank's row count (2), not the count over all ranks (4): reduce the row \
+         count with the sums"
+    } else if close(mean, 2.0) && close(n, 4.0) && !close(var, 1.0) {
+        "the mean and n are right, the variance is not: it must be Σx²/n − mean² of the \
+         whole batch (biased), not an average of each rank's variance"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "\nOn rows [1, 3] on each of 2 ranks (whole batch: mean 2, variance 1, n 4) yours \
+         gave mean {mean}, variance {var}, n {n}: {why}."
+    ))
 }
 
 /// The self-check (`cargo lab check 12`): SyncBN with your statistics on 2
@@ -270,4 +328,50 @@ pub fn resume(
         stopped_at,
         max_diff,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tch::Kind;
+
+    /// The typical mistake: the sums are reduced, the count is this rank's.
+    struct LocalCount;
+    impl Moments for LocalCount {
+        fn moments(
+            &self,
+            x: &Tensor,
+            reduce: &mut trainers::sync_bn::Reduce<'_>,
+        ) -> trainers::Result<(Tensor, Tensor, f64)> {
+            let rows = x.size()[0] as f64;
+            let x = x.f_to_kind(Kind::Double)?;
+            let sums = Tensor::f_cat(
+                &[
+                    x.f_sum_dim_intlist(0, false, Kind::Double)?,
+                    x.f_square()?.f_sum_dim_intlist(0, false, Kind::Double)?,
+                ],
+                0,
+            )?;
+            let sums = reduce(&sums)?;
+            let c = x.size()[1];
+            let n = rows;
+            let mean = sums.f_narrow(0, 0, c)?.f_div_scalar(n)?;
+            let var = sums
+                .f_narrow(0, c, c)?
+                .f_div_scalar(n)?
+                .f_sub(&mean.f_square()?)?;
+            Ok((mean.f_to_kind(Kind::Float)?, var.f_to_kind(Kind::Float)?, n))
+        }
+    }
+
+    /// Named after what broke: lab 12's check passed `n = rows` ("max |Δ|
+    /// 0.0e0"), because all-NaN weights read as Δ = 0.
+    #[test]
+    fn local_row_count_fails_and_is_named() {
+        let data = data::synthetic(3 * 8 * 10, 12).unwrap();
+        let e = judge_moments(Arc::new(LocalCount), 2, &data).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("n is this rank's row count (2)"), "{msg}");
+        assert!(diagnose(&SyncMoments).is_none());
+    }
 }

@@ -19,7 +19,7 @@ pub fn max_ahead(log: &[Start]) -> u64 {
 }
 
 /// The largest |Δ| between two trainings' final parameters.
-pub fn max_diff(a: &Trained, b: &Trained) -> Result<f64> {
+pub fn trained_diff(a: &Trained, b: &Trained) -> Result<f64> {
     tensor_diff("the parameters", &a.params, &b.params)
 }
 
@@ -70,6 +70,6 @@ pub fn bound(bound: Arc<dyn StalenessBound>, data: &Dataset) -> Result<BoundChec
     Ok(BoundCheck {
         staleness,
         max_ahead: max_ahead(&run.log),
-        s0_vs_sync: max_diff(&ssp0, &sync)?,
+        s0_vs_sync: trained_diff(&ssp0, &sync)?,
     })
 }

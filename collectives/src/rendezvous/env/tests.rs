@@ -451,19 +451,11 @@ fn plain(rank: usize, port: u16) -> RankInfo {
     .unwrap()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Regression: the secret file stayed behind when rank 0 failed or timed out
 /// before every rank had joined.
 #[test]
 fn a_rank_zero_that_gives_up_removes_the_secret() {
-    let i0 = plain(0, free_port());
+    let i0 = plain(0, crate::launch::free_port().unwrap());
     let path = secret::path_in(&secret::private_dir().unwrap(), &i0.token);
     let done = std::sync::atomic::AtomicBool::new(false);
     let (seen, e) = std::thread::scope(|s| {
