@@ -4,7 +4,8 @@
 //!
 //! The figures are copied into `book/src/figures/` (ignored by git) before mdBook
 //! runs, so `mdbook serve` can watch the sources as they are. [`check`] is the test
-//! suite's `book` step: includes and anchors, then a build, then the built pages
+//! suite's `book` step: includes and anchors, solutions folded away
+//! ([`solutions`]), then a build, then the built pages
 //! (empty code blocks, internal links, one chapter per lab, and a headless
 //! Chromium load of every page with no broken image).
 
@@ -12,6 +13,7 @@ mod chromium;
 pub mod includes;
 pub mod mdbook;
 mod site;
+pub mod solutions;
 
 use crate::labs::info::{self, Lab};
 use crate::ui;
@@ -57,6 +59,7 @@ pub fn check(root: &Path) -> Result<()> {
     stage_figures(root, &labs)?;
     includes::check(root)?;
     site::chapters_for_every_lab(root, &labs)?;
+    solutions::folded(root, &labs)?;
     let mdbook = mdbook::ensure(root)?;
     let out = tempfile::tempdir()?;
     let built = Command::new(&mdbook)
