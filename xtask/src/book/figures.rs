@@ -177,9 +177,10 @@ pub fn stage(root: &Path, results: &Path, labs: &[Lab]) -> Result<Vec<String>> {
         let copied = copy_figures(&from, &dest)?;
         // Your run beside the one to compare it with.
         if picked.learner.is_some() {
-            let (other, label) = match &picked.solution {
+            let (other, short, label) = match &picked.solution {
                 Some(sol) => (
                     sol.dir.clone(),
+                    "the reference solution's run",
                     format!(
                         "the reference solution's run ({}, {})",
                         sol.when(),
@@ -188,13 +189,14 @@ pub fn stage(root: &Path, results: &Path, labs: &[Lab]) -> Result<Vec<String>> {
                 ),
                 None => (
                     reference.clone(),
+                    "the committed reference run",
                     "the committed reference run of the solution".to_owned(),
                 ),
             };
             let beside = dest.join("reference");
             std::fs::create_dir_all(&beside)?;
             copy_figures(&other, &beside)?;
-            caption.push_str(&side_by_side(lab, &dest, &beside, &label)?);
+            caption.push_str(&side_by_side(lab, &dest, &beside, short, &label)?);
         }
         std::fs::write(dest.join("run.md"), caption)?;
         let mut line = format!("lab {n}: {copied} figure(s) from {}", rel(&from));
@@ -226,8 +228,9 @@ fn copy_figures(from: &Path, to: &Path) -> Result<usize> {
     Ok(copied)
 }
 
-/// A folded table, one row per chart both folders have: yours, then `label`'s.
-fn side_by_side(lab: &Lab, mine: &Path, other: &Path, label: &str) -> Result<String> {
+/// A folded table, one row per chart both folders have: yours, then the other run's
+/// (`short` heads its column, `label` says which run it is, with date and machine).
+fn side_by_side(lab: &Lab, mine: &Path, other: &Path, short: &str, label: &str) -> Result<String> {
     let mut names: Vec<String> = std::fs::read_dir(mine)?
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -237,17 +240,17 @@ fn side_by_side(lab: &Lab, mine: &Path, other: &Path, label: &str) -> Result<Str
         return Ok(String::new());
     }
     names.sort();
-    let label = escape(label);
+    let (short, label) = (escape(short), escape(label));
     // Relative to the chapter (book/src/labs/), which includes run.md.
     let at = format!("../figures/{}", lab.short());
     let mut html = format!(
         "\n<details>\n<summary>Your run beside {label}</summary>\n\n\
-         <table>\n<tr><th>your run</th><th>{label}</th></tr>\n"
+         <table>\n<tr><th>your run</th><th>{short}</th></tr>\n"
     );
     for n in names {
         html.push_str(&format!(
             "<tr><td><img src=\"{at}/{n}\" alt=\"{n}, your run\"></td>\
-             <td><img src=\"{at}/reference/{n}\" alt=\"{n}, {label}\"></td></tr>\n"
+             <td><img src=\"{at}/reference/{n}\" alt=\"{n}, {short}\"></td></tr>\n"
         ));
     }
     html.push_str("</table>\n\n</details>\n");

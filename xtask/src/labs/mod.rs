@@ -3,8 +3,9 @@
 //! * `cargo lab list`: every lab with its status, read from the learner's files;
 //! * `cargo lab N [--solution] [-- ARGS]`: run lab N with the learner's code (or the
 //!   reference solution);
-//! * `cargo lab check N`: the lab's self-check; if it fails, the hint for that
-//!   failure ([`hints`] has the protocol by which a check names a mistake);
+//! * `cargo lab check N [--solution]`: the lab's self-check on the learner's exercise
+//!   (or the reference solution); if the exercise fails, the hint for that failure
+//!   ([`hints`] has the protocol by which a check names a mistake);
 //! * `cargo lab hint N`: the hint ladder (concept, approach, near-code), one step
 //!   more each time;
 //! * `cargo lab reset N`: restore the starter exercise, after asking, keeping a backup.
@@ -61,6 +62,9 @@ enum LabCommand {
     Check {
         /// The lab's number.
         number: u32,
+        /// Check the reference solution instead (it must pass; for lab authors).
+        #[arg(long)]
+        solution: bool,
     },
     /// Show lab N's hints: the concept, then the approach, then near the code.
     Hint {
@@ -82,7 +86,14 @@ pub fn run(root: &Path, args: LabArgs) -> Result<()> {
     let labs = info::load(root)?;
     match (args.command, args.number) {
         (Some(LabCommand::List), _) | (None, None) => list(root, &labs),
-        (Some(LabCommand::Check { number }), _) => check(root, info::find(&labs, number)?),
+        (Some(LabCommand::Check { number, solution }), _) => {
+            let lab = info::find(&labs, number)?;
+            if solution {
+                check_solution(root, lab)
+            } else {
+                check(root, lab)
+            }
+        }
         (Some(LabCommand::Hint { number }), _) => hint(root, info::find(&labs, number)?),
         (Some(LabCommand::Reset { number, yes }), _) => {
             reset(root, info::find(&labs, number)?, yes)
@@ -408,6 +419,22 @@ fn check(root: &Path, lab: &Lab) -> Result<()> {
     );
     hint_for_failure(lab, &mut progress, &text)?;
     bail!("lab {} fails its check", lab.number)
+}
+
+/// `cargo lab check N --solution`: the self-check on the reference solution, as the
+/// suite's gate runs it; it records nothing and shows no hint.
+fn check_solution(root: &Path, lab: &Lab) -> Result<()> {
+    ui::say(&format!("checking lab {}'s reference solution", lab.number));
+    let built = build_lab(root, lab)?;
+    let exe = find_artifact(&built, root, lab, "check")?;
+    let out = ui::with_spinner("checking", || self_check(&exe, root, true))?;
+    if out.status.success() {
+        println!("lab {}'s reference solution passes its check", lab.number);
+        return Ok(());
+    }
+    std::io::stdout().write_all(&out.stdout)?;
+    std::io::stderr().write_all(&out.stderr)?;
+    bail!("lab {}'s reference solution fails its check", lab.number)
 }
 
 /// Shows the hint for a failed check's output and remembers the failure.
