@@ -4,6 +4,7 @@
 //! `src/exercise.rs`, the chapter `book/src/labs/NN-name.md`, the results folder
 //! `results/labNN/`.
 
+use super::hints;
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -27,8 +28,22 @@ pub struct Lab {
     pub gpu: bool,
     /// What "done" looks like.
     pub done: String,
-    /// Hints, phrased as questions, shown one more each time they are asked for.
+    /// The hint ladder, questions one step more concrete each: the concept, the
+    /// approach, then near the code (see [`super::hints`]).
     pub hints: Vec<String>,
+    /// Hints for mistakes the self-check can name (`hint: <key>` in its failure).
+    #[serde(default)]
+    pub diagnosis: Vec<Diagnosis>,
+}
+
+/// A hint for one mistake the self-check recognises: `[[lab.diagnosis]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Diagnosis {
+    /// What the check prints after `hint: `, e.g. `avg-not-sum`.
+    pub key: String,
+    /// The hint, a question like the ladder's.
+    pub hint: String,
 }
 
 impl Lab {
@@ -114,8 +129,28 @@ fn parse(text: &str) -> Result<Vec<Lab>> {
                 lab.name
             );
         }
-        if lab.hints.is_empty() || lab.hints.iter().any(|h| !h.trim_end().ends_with('?')) {
+        let is_question = |h: &String| h.trim_end().ends_with('?');
+        if lab.hints.is_empty() || !lab.hints.iter().all(is_question) {
             bail!("lab {}: hints must be questions (end with '?')", lab.number);
+        }
+        for (i, d) in lab.diagnosis.iter().enumerate() {
+            if !hints::is_key(&d.key) {
+                bail!(
+                    "lab {}: diagnosis key {:?} must be lowercase-with-dashes",
+                    lab.number,
+                    d.key
+                );
+            }
+            if lab.diagnosis[..i].iter().any(|e| e.key == d.key) {
+                bail!("lab {}: diagnosis key {:?} is repeated", lab.number, d.key);
+            }
+            if !is_question(&d.hint) {
+                bail!(
+                    "lab {}: the hint for {:?} must be a question (end with '?')",
+                    lab.number,
+                    d.key
+                );
+            }
         }
     }
     Ok(labs)
@@ -169,6 +204,20 @@ hints = ["Who adds?"]
         let e = parse(&ONE.replace("Who adds?", "Rank 0 adds.")).unwrap_err();
         assert!(e.to_string().contains("questions"), "{e}");
         assert!(parse(&ONE.replace("minutes", "minutos")).is_err());
+    }
+
+    #[test]
+    fn keyed_hints_are_read_and_bad_keys_refused() {
+        let keyed =
+            format!("{ONE}\n[[lab.diagnosis]]\nkey = \"avg-not-sum\"\nhint = \"Sum or mean?\"\n");
+        let labs = parse(&keyed).unwrap();
+        assert_eq!(labs[0].diagnosis[0].key, "avg-not-sum");
+        assert!(parse(&keyed.replace("avg-not-sum", "Avg Not Sum")).is_err());
+        assert!(parse(&keyed.replace("Sum or mean?", "Divide.")).is_err());
+        let twice =
+            format!("{keyed}\n[[lab.diagnosis]]\nkey = \"avg-not-sum\"\nhint = \"Again?\"\n");
+        let e = parse(&twice).unwrap_err();
+        assert!(e.to_string().contains("repeated"), "{e}");
     }
 
     /// The real file parses, and every lab in it has its folder and learner's file.

@@ -3,13 +3,20 @@
 //! * `cargo lab list`: every lab with its status, read from the learner's files;
 //! * `cargo lab N [--solution] [-- ARGS]`: run lab N with the learner's code (or the
 //!   reference solution);
-//! * `cargo lab check N`: the lab's self-check, then the next hint if it fails;
-//! * `cargo lab hint N`: the hints, one more each time;
+//! * `cargo lab check N [--solution]`: the lab's self-check on the learner's exercise
+//!   (or the reference solution); if the exercise fails, the hint for that failure
+//!   ([`hints`] has the protocol by which a check names a mistake);
+//! * `cargo lab hint N`: the hint ladder (concept, approach, near-code), one step
+//!   more each time;
 //! * `cargo lab reset N`: restore the starter exercise, after asking, keeping a backup.
 //!
-//! Labs build and run with the release profile, the tour's, so a lab's first run
-//! after the tour compiles only the lab. [`gate`] is the test suite's `labs` step.
+//! A lab builds alone (`-p labNN-name`, release), with one cargo call that makes
+//! both its self-check and its program, so `cargo lab check N` and `cargo lab N`
+//! share their artefacts, a lab whose exercise does not compile blocks no other lab,
+//! and the warnings shown are this lab's. [`gate`] is the test suite's `labs` step; it
+//! builds every lab in one call (debug, as the rest of the suite).
 
+pub mod hints;
 pub mod info;
 pub mod progress;
 
@@ -51,12 +58,15 @@ pub struct LabArgs {
 enum LabCommand {
     /// Every lab with its status (not started / edited / fails / passes).
     List,
-    /// Run lab N's self-check on your exercise; on failure, show the next hint.
+    /// Run lab N's self-check on your exercise; on failure, show the hint for it.
     Check {
         /// The lab's number.
         number: u32,
+        /// Check the reference solution instead (it must pass; for lab authors).
+        #[arg(long)]
+        solution: bool,
     },
-    /// Show lab N's hints, one more each time.
+    /// Show lab N's hints: the concept, then the approach, then near the code.
     Hint {
         /// The lab's number.
         number: u32,
@@ -76,7 +86,14 @@ pub fn run(root: &Path, args: LabArgs) -> Result<()> {
     let labs = info::load(root)?;
     match (args.command, args.number) {
         (Some(LabCommand::List), _) | (None, None) => list(root, &labs),
-        (Some(LabCommand::Check { number }), _) => check(root, info::find(&labs, number)?),
+        (Some(LabCommand::Check { number, solution }), _) => {
+            let lab = info::find(&labs, number)?;
+            if solution {
+                check_solution(root, lab)
+            } else {
+                check(root, lab)
+            }
+        }
         (Some(LabCommand::Hint { number }), _) => hint(root, info::find(&labs, number)?),
         (Some(LabCommand::Reset { number, yes }), _) => {
             reset(root, info::find(&labs, number)?, yes)
@@ -135,21 +152,17 @@ fn status(root: &Path, lab: &Lab, progress: &Progress) -> Result<Status> {
 
 fn list(root: &Path, labs: &[Lab]) -> Result<()> {
     let progress = Progress::load(root);
-    println!(
-        "{:<4} {:<38} {:>5}  {:<4} status",
-        "lab", "title", "min", "gpu"
-    );
+    let mut rows = Vec::new();
     for lab in labs {
-        let s = status(root, lab, &progress)?;
-        println!(
-            "{:<4} {:<38} {:>5}  {:<4} {}",
-            lab.number,
-            lab.title,
-            lab.minutes,
-            if lab.gpu { "yes" } else { "" },
-            s.word()
-        );
+        rows.push([
+            lab.number.to_string(),
+            lab.title.clone(),
+            lab.minutes.to_string(),
+            if lab.gpu { "yes" } else { "" }.to_owned(),
+            status(root, lab, &progress)?.word().to_owned(),
+        ]);
     }
+    print!("{}", table(&rows));
     println!(
         "\n`cargo lab N` runs lab N, `cargo lab check N` checks your exercise, \
          `cargo lab hint N` helps; `cargo xtask book` builds the book with your figures."
@@ -157,18 +170,72 @@ fn list(root: &Path, labs: &[Lab]) -> Result<()> {
     Ok(())
 }
 
-/// Builds `target` with the workspace's feature set and returns the executables
-/// cargo reports. Every `cargo lab` build goes through here with `--workspace`, as
-/// `cargo test --workspace` and the tour build: selecting one package (`-p`) would
-/// resolve features differently and recompile shared dependencies.
-fn build(root: &Path, release: bool, target: &[&str]) -> Result<Vec<Artifact>> {
-    let mut cmd = cargo(root);
-    cmd.args(target);
-    if release {
-        cmd.arg("--release");
+/// `cargo lab list`'s table: every column as wide as its widest cell (counted in
+/// characters, so a title with a `−` lines up), the minutes right-aligned.
+fn table(rows: &[[String; 5]]) -> String {
+    let head = ["lab", "title", "min", "gpu", "status"].map(String::from);
+    let mut width = [0; 5];
+    for row in std::iter::once(&head).chain(rows) {
+        for (w, cell) in width.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
     }
-    cmd.args(["--workspace", "--message-format", "json-render-diagnostics"])
-        .stderr(Stdio::inherit());
+    let mut out = String::new();
+    for row in std::iter::once(&head).chain(rows) {
+        let line = format!(
+            "{:<w0$}  {:<w1$}  {:>w2$}  {:<w3$}  {}",
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            row[4],
+            w0 = width[0],
+            w1 = width[1],
+            w2 = width[2],
+            w3 = width[3],
+        );
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// What a build selects.
+#[derive(Debug, Clone, Copy)]
+enum Scope<'a> {
+    /// One lab's package only: its self-check and its program, in one cargo call.
+    Lab(&'a Lab),
+    /// Every package (the CI gate, which needs every lab anyway).
+    Workspace,
+}
+
+/// The cargo arguments that build what `scope` selects.
+///
+/// A lab is built as `cargo test --no-run --release -p labNN-name --test check`,
+/// for `cargo lab check N` *and* `cargo lab N`: building an integration test makes
+/// cargo build the package's binary too, with the same profile and features, so the
+/// run after a check (or the check after a run) compiles nothing. Selecting the one
+/// package means a lab whose exercise does not compile cannot block another lab's
+/// check, and cargo shows only this package's (and its dependencies') warnings.
+fn build_args(scope: Scope<'_>, release: bool) -> Vec<String> {
+    let mut args: Vec<String> = ["test", "--no-run", "--test", "check"]
+        .map(String::from)
+        .into();
+    match scope {
+        Scope::Lab(lab) => args.extend(["-p".into(), lab.package()]),
+        Scope::Workspace => args.push("--workspace".into()),
+    }
+    if release {
+        args.push("--release".into());
+    }
+    args.extend(["--message-format", "json-render-diagnostics"].map(String::from));
+    args
+}
+
+/// Runs `cargo` with `args` and returns the executables it reports.
+fn build(root: &Path, args: &[String]) -> Result<Vec<Artifact>> {
+    let mut cmd = cargo(root);
+    cmd.args(args).stderr(Stdio::inherit());
     let shown = ui::show_command(&cmd);
     let out = ui::with_spinner("building", || Ok(cmd.output()?))
         .with_context(|| format!("running {shown}"))?;
@@ -178,12 +245,62 @@ fn build(root: &Path, release: bool, target: &[&str]) -> Result<Vec<Artifact>> {
     Ok(artifacts(&String::from_utf8_lossy(&out.stdout)))
 }
 
+/// Builds lab `lab` (its self-check and its program, release), first saying how
+/// long a first build takes when there is nothing built for it yet.
+fn build_lab(root: &Path, lab: &Lab) -> Result<Vec<Artifact>> {
+    if let Some(note) = first_build_note(root, lab) {
+        ui::say(&note);
+    }
+    build(root, &build_args(Scope::Lab(lab), true))
+}
+
+/// Where cargo puts what it builds: `$CARGO_TARGET_DIR`, else `target/`.
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |d| root.join(d))
+}
+
+/// What to say before a lab's first build on this machine (its program is not in
+/// `target/release/` yet), or nothing when it has been built before.
+fn first_build_note(root: &Path, lab: &Lab) -> Option<String> {
+    let release = target_dir(root).join("release");
+    if release.join(lab.package()).is_file() {
+        return None;
+    }
+    // torch-sys's build folder exists once libtorch's bindings have been compiled.
+    let torch_built = std::fs::read_dir(release.join("build")).is_ok_and(|mut it| {
+        it.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("torch-sys-")))
+    });
+    Some(if uses_torch(root, lab) && !torch_built {
+        format!(
+            "lab {}: the first build compiles libtorch's bindings and the lab: about 8 \
+             minutes on 2 cores; later checks take seconds",
+            lab.number
+        )
+    } else {
+        format!(
+            "lab {}: the first build compiles the lab and the libraries it uses: a few \
+             minutes on 2 cores; later checks take seconds",
+            lab.number
+        )
+    })
+}
+
+/// Whether the lab's package depends on tch (its manifest names it).
+fn uses_torch(root: &Path, lab: &Lab) -> bool {
+    std::fs::read_to_string(lab.dir(root).join("Cargo.toml")).is_ok_and(|m| {
+        m.lines()
+            .any(|l| l.trim_start().starts_with("tch.") || l.trim_start().starts_with("tch ="))
+    })
+}
+
 /// An executable cargo built: its package folder and target name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Artifact {
     dir: PathBuf,
     target: String,
     executable: PathBuf,
+    /// Cargo had it already: nothing was compiled for it.
+    fresh: bool,
 }
 
 /// The executables in cargo's `--message-format json` output.
@@ -199,6 +316,7 @@ fn artifacts(json_lines: &str) -> Vec<Artifact> {
                     .to_path_buf(),
                 target: v["target"]["name"].as_str()?.to_owned(),
                 executable: PathBuf::from(v["executable"].as_str()?),
+                fresh: v["fresh"].as_bool().unwrap_or(false),
             })
         })
         .collect()
@@ -234,7 +352,7 @@ fn run_lab(root: &Path, lab: &Lab, solution: bool, args: &[String]) -> Result<Ex
             ""
         }
     );
-    let built = build(root, true, &["build", "--bin", &lab.package()])?;
+    let built = build_lab(root, lab)?;
     let exe = find_artifact(&built, root, lab, &lab.package())?;
     let mut cmd = Command::new(exe);
     cmd.current_dir(root).args(args);
@@ -262,11 +380,6 @@ fn self_check(check_exe: &Path, root: &Path, solution: bool) -> Result<Output> {
         .with_context(|| format!("running {}", check_exe.display()))
 }
 
-/// Builds every lab's self-check (one cargo call).
-fn build_checks(root: &Path, release: bool) -> Result<Vec<Artifact>> {
-    build(root, release, &["test", "--no-run", "--test", "check"])
-}
-
 fn check(root: &Path, lab: &Lab) -> Result<()> {
     let mine = std::fs::read(lab.exercise(root))?;
     ui::say(&format!(
@@ -274,7 +387,7 @@ fn check(root: &Path, lab: &Lab) -> Result<()> {
         lab.number,
         lab.exercise_rel()
     ));
-    let built = build_checks(root, true)?;
+    let built = build_lab(root, lab)?;
     let exe = find_artifact(&built, root, lab, "check")?;
     let out = ui::with_spinner("checking", || self_check(&exe, root, false))?;
     let passed = out.status.success();
@@ -283,7 +396,10 @@ fn check(root: &Path, lab: &Lab) -> Result<()> {
         p.last_check = Some(Checked {
             passed,
             exercise: fingerprint(&mine),
-        })
+        });
+        if passed {
+            p.last_failure = None;
+        }
     })?;
     if passed {
         println!(
@@ -296,10 +412,79 @@ fn check(root: &Path, lab: &Lab) -> Result<()> {
     std::io::stdout().write_all(&out.stdout)?;
     std::io::stderr().write_all(&out.stderr)?;
     println!("\nlab {} does not pass yet. {}", lab.number, lab.done);
-    hint(root, lab)?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    hint_for_failure(lab, &mut progress, &text)?;
     bail!("lab {} fails its check", lab.number)
 }
 
+/// `cargo lab check N --solution`: the self-check on the reference solution, as the
+/// suite's gate runs it; it records nothing and shows no hint.
+fn check_solution(root: &Path, lab: &Lab) -> Result<()> {
+    ui::say(&format!("checking lab {}'s reference solution", lab.number));
+    let built = build_lab(root, lab)?;
+    let exe = find_artifact(&built, root, lab, "check")?;
+    let out = ui::with_spinner("checking", || self_check(&exe, root, true))?;
+    if out.status.success() {
+        println!("lab {}'s reference solution passes its check", lab.number);
+        return Ok(());
+    }
+    std::io::stdout().write_all(&out.stdout)?;
+    std::io::stderr().write_all(&out.stderr)?;
+    bail!("lab {}'s reference solution fails its check", lab.number)
+}
+
+/// Shows the hint for a failed check's output and remembers the failure.
+fn hint_for_failure(lab: &Lab, progress: &mut Progress, output: &str) -> Result<()> {
+    let failure = hints::Failure::read(output);
+    let before = progress.get(&lab.short());
+    let (shown, unknown) = hints::choose(
+        lab,
+        &failure,
+        before.hints_shown,
+        before.last_failure.as_deref(),
+    );
+    for key in unknown {
+        ui::say(&format!(
+            "the check names `hint: {key}`, which labs/info.toml does not define for lab {} \
+             (a [[lab.diagnosis]] with key = \"{key}\")",
+            lab.number
+        ));
+    }
+    let mut spent = before.hints_shown;
+    match shown {
+        hints::Shown::Keyed { key, hint } => {
+            println!("hint for this failure ({key}): {hint}");
+        }
+        hints::Shown::Ladder { step, new } => {
+            println!(
+                "hint {} of {} ({}){}: {}",
+                step + 1,
+                lab.hints.len(),
+                hints::step_name(step, lab.hints.len()),
+                if new {
+                    ""
+                } else {
+                    ", the same failure as last time"
+                },
+                lab.hints[step]
+            );
+            spent = spent.max(step + 1);
+        }
+    }
+    if matches!(shown, hints::Shown::Keyed { .. }) || spent < lab.hints.len() {
+        println!("(`cargo lab hint {}` climbs the hint ladder)", lab.number);
+    }
+    progress.update(&lab.short(), |p| {
+        p.hints_shown = spent;
+        p.last_failure = Some(failure.signature);
+    })
+}
+
+/// `cargo lab hint N`: one more step of the ladder, with the steps before it.
 fn hint(root: &Path, lab: &Lab) -> Result<()> {
     let mut progress = Progress::load(root);
     let shown = progress.get(&lab.short()).hints_shown;
@@ -311,11 +496,11 @@ fn hint(root: &Path, lab: &Lab) -> Result<()> {
         lab.hints.len()
     );
     for (i, h) in lab.hints[..upto].iter().enumerate() {
-        println!("  {}. {h}", i + 1);
+        println!("  {}. {}: {h}", i + 1, hints::step_name(i, lab.hints.len()));
     }
     if upto == lab.hints.len() {
         println!(
-            "  (that is every hint; the solution is in the book's chapter {})",
+            "  (that is every hint; the solution is in the book's chapter {}, folded away)",
             lab.chapter()
         );
     }
@@ -397,19 +582,15 @@ fn reset(root: &Path, lab: &Lab, yes: bool) -> Result<()> {
 /// Debug profile, as the rest of the suite, so nothing is compiled twice.
 pub fn gate(root: &Path) -> Result<()> {
     let labs = info::load(root)?;
-    let checks = build_checks(root, false)?;
-    let packages: Vec<String> = labs.iter().map(Lab::package).collect();
-    let mut target = vec!["build"];
-    for p in &packages {
-        target.extend(["--bin", p.as_str()]);
-    }
-    let programs = build(root, false, &target)?;
+    // One cargo call for every lab's check and program (building an integration
+    // test builds its package's binary too).
+    let built = build(root, &build_args(Scope::Workspace, false))?;
     let mut problems = Vec::new();
     for lab in &labs {
         let marker = lab.todo_marker();
         let started = std::time::Instant::now();
         let before = problems.len();
-        let exe = find_artifact(&checks, root, lab, "check")?;
+        let exe = find_artifact(&built, root, lab, "check")?;
         let starter = self_check(&exe, root, false)?;
         let text = format!(
             "{}{}",
@@ -434,7 +615,7 @@ pub fn gate(root: &Path) -> Result<()> {
                 String::from_utf8_lossy(&solution.stderr)
             ));
         }
-        let program = find_artifact(&programs, root, lab, &lab.package())?;
+        let program = find_artifact(&built, root, lab, &lab.package())?;
         if let Err(e) = quick_run(&program, root) {
             problems.push(format!("lab {}: quick run: {e:#}", lab.number));
         }
@@ -501,26 +682,4 @@ pub fn walk(dir: &Path, f: &mut dyn FnMut(&Path)) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn executables_are_read_from_cargos_json_messages() {
-        let lines = [
-            r#"{"reason":"compiler-artifact","manifest_path":"/w/labs/01-a/Cargo.toml","target":{"name":"check"},"executable":"/w/target/debug/deps/check-1"}"#,
-            r#"{"reason":"compiler-artifact","manifest_path":"/w/labs/kit/Cargo.toml","target":{"name":"labkit"},"executable":null}"#,
-            r#"{"reason":"build-finished","success":true}"#,
-            "not json",
-        ]
-        .join("\n");
-        let got = artifacts(&lines);
-        assert_eq!(
-            got,
-            [Artifact {
-                dir: PathBuf::from("/w/labs/01-a"),
-                target: "check".into(),
-                executable: PathBuf::from("/w/target/debug/deps/check-1"),
-            }]
-        );
-    }
-}
+mod tests;

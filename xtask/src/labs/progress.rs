@@ -1,5 +1,7 @@
 //! What `cargo lab` remembers between runs, in `.ringside/labs.json` (ignored by git):
-//! how many hints each lab has shown, and the last self-check's verdict with the
+//! how many steps of each lab's hint ladder it has shown, the signature of the
+//! last failed check (so the same failure twice spends no hint), and the last
+//! self-check's verdict with the
 //! fingerprint of the exercise file it judged, so `cargo lab list` can say
 //! "passes" without recompiling every lab (rustlings keeps a state file the same way).
 
@@ -20,9 +22,13 @@ pub struct Checked {
 /// One lab's remembered state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LabProgress {
-    /// Hints shown so far.
+    /// Steps of the hint ladder shown so far.
     #[serde(default)]
     pub hints_shown: usize,
+    /// [`super::hints::Failure::signature`] of the last failed check, cleared when
+    /// a check passes.
+    #[serde(default)]
+    pub last_failure: Option<String>,
     /// The last `cargo lab check`.
     #[serde(default)]
     pub last_check: Option<Checked>,

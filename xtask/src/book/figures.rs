@@ -1,0 +1,387 @@
+//! Each lab chapter's figures, honestly labelled: "your run" is a run of the
+//! learner's exercise only; a run of the reference solution (`cargo lab N
+//! --solution`, whose manifest records `RINGSIDE_LAB_SOLUTION=1` in its `env`) is
+//! captioned as the reference solution's, with its date and machine.
+//!
+//! `book/src/figures/labNN/` holds the figures the chapter shows: the newest learner
+//! run's, else the newest solution run's, else the committed reference's
+//! (`book/reference/labNN/`). When there is a learner run and something to compare it
+//! with (the newest solution run, else the committed reference), that one's figures
+//! go to `figures/labNN/reference/` and the caption `run.md` sets the two side by side.
+
+use crate::labs::info::Lab;
+use anyhow::Result;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// The manifest's record of the solution switch (as labkit reads it: `1` means the
+/// solution).
+const SOLUTION_ENV: &str = crate::labs::SOLUTION_ENV;
+
+/// One complete run of a lab: `results/labNN/<time>/` with a results file and a chart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    /// Its folder.
+    pub dir: PathBuf,
+    /// The folder's name, a UTC stamp `YYYYMMDD-HHMMSS`.
+    pub stamp: String,
+    /// Whether it ran the reference solution.
+    pub solution: bool,
+    /// The machine, as its manifest describes it (CPU, cores, host name).
+    pub machine: String,
+}
+
+impl Run {
+    /// `2026-11-26 14:30 UTC`, from the stamp.
+    pub fn when(&self) -> String {
+        let s = &self.stamp;
+        if s.len() == 15 && s.is_char_boundary(8) && s.as_bytes()[8] == b'-' {
+            format!(
+                "{}-{}-{} {}:{} UTC",
+                &s[..4],
+                &s[4..6],
+                &s[6..8],
+                &s[9..11],
+                &s[11..13]
+            )
+        } else {
+            s.clone()
+        }
+    }
+}
+
+/// The runs a chapter uses.
+#[derive(Debug, Default)]
+pub struct Picked {
+    /// The newest run of the learner's exercise.
+    pub learner: Option<Run>,
+    /// The newest run of the reference solution.
+    pub solution: Option<Run>,
+    /// Runs whose manifest could not be read (so neither "yours" nor the solution's).
+    pub unreadable: Vec<PathBuf>,
+}
+
+/// Reads the complete runs in `lab_results` (`results/labNN/`) and picks the newest
+/// learner run and the newest solution run.
+pub fn pick(lab_results: &Path) -> Picked {
+    let mut picked = Picked::default();
+    let Ok(entries) = std::fs::read_dir(lab_results) else {
+        return picked;
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir() && p.join("results.json").is_file() && has_svg(p))
+        .collect();
+    // Run folders are UTC stamps (YYYYMMDD-HHMMSS): the name order is the time order.
+    dirs.sort();
+    for dir in dirs.into_iter().rev() {
+        let Some(run) = read_run(&dir) else {
+            picked.unreadable.push(dir);
+            continue;
+        };
+        let slot = if run.solution {
+            &mut picked.solution
+        } else {
+            &mut picked.learner
+        };
+        if slot.is_none() {
+            *slot = Some(run);
+        }
+    }
+    picked
+}
+
+/// A run's folder and manifest, or `None` when its results file is not JSON.
+fn read_run(dir: &Path) -> Option<Run> {
+    let text = std::fs::read_to_string(dir.join("results.json")).ok()?;
+    let doc: Value = serde_json::from_str(&text).ok()?;
+    let manifest = doc.get("manifest")?;
+    let solution = manifest["env"][SOLUTION_ENV].as_str() == Some("1");
+    let host = &manifest["host"];
+    let mut machine = Vec::new();
+    if let Some(cpu) = host["cpu"].as_str() {
+        machine.push(cpu.to_owned());
+    }
+    if let Some(cores) = host["cores"].as_u64() {
+        machine.push(format!("{cores} cores"));
+    }
+    if let Some(name) = host["hostname"].as_str() {
+        machine.push(format!("host {name}"));
+    }
+    Some(Run {
+        stamp: dir.file_name()?.to_string_lossy().into_owned(),
+        dir: dir.to_path_buf(),
+        solution,
+        machine: if machine.is_empty() {
+            "machine not recorded".into()
+        } else {
+            machine.join(", ")
+        },
+    })
+}
+
+fn has_svg(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|mut it| {
+        it.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "svg")))
+    })
+}
+
+/// Fills `book/src/figures/labNN/` for every lab from `results` (the results root,
+/// `results/` unless `RINGSIDE_RESULTS_DIR` says otherwise) and the committed
+/// references, and writes each chapter's caption `run.md`. Returns one line per lab
+/// saying what it used.
+pub fn stage(root: &Path, results: &Path, labs: &[Lab]) -> Result<Vec<String>> {
+    let mut said = Vec::new();
+    for lab in labs {
+        let dest = root.join("book/src/figures").join(lab.short());
+        if dest.exists() {
+            std::fs::remove_dir_all(&dest)?;
+        }
+        std::fs::create_dir_all(&dest)?;
+        let reference = root.join("book/reference").join(lab.short());
+        let about = std::fs::read_to_string(reference.join("run.md")).unwrap_or_default();
+        let about = about.trim();
+        let picked = pick(&results.join(lab.short()));
+        let rel = |p: &Path| p.strip_prefix(root).unwrap_or(p).display().to_string();
+        let n = lab.number;
+        let (from, mut caption) = match (&picked.learner, &picked.solution) {
+            (Some(mine), _) => (
+                mine.dir.clone(),
+                format!(
+                    "*These figures are from **your own run** of lab {n} ({}, {}, `{}`). \
+                     Run `cargo lab {n}` again to redraw them, then `cargo xtask book`.*\n",
+                    mine.when(),
+                    mine.machine,
+                    rel(&mine.dir)
+                ),
+            ),
+            (None, Some(sol)) => (
+                sol.dir.clone(),
+                format!(
+                    "*These figures are from **the reference solution's run** ({}, {}, `{}`), \
+                     not yours. Run `cargo lab {n}` (without `--solution`), then \
+                     `cargo xtask book`, to see your own here.*\n",
+                    sol.when(),
+                    sol.machine,
+                    rel(&sol.dir)
+                ),
+            ),
+            (None, None) => (
+                reference.clone(),
+                format!(
+                    "*A reference run of the solution: {about} Run `cargo lab {n}`, then \
+                     `cargo xtask book`, to see your own here.*\n"
+                ),
+            ),
+        };
+        let copied = copy_figures(&from, &dest)?;
+        // Your run beside the one to compare it with.
+        if picked.learner.is_some() {
+            let (other, short, label) = match &picked.solution {
+                Some(sol) => (
+                    sol.dir.clone(),
+                    "the reference solution's run",
+                    format!(
+                        "the reference solution's run ({}, {})",
+                        sol.when(),
+                        sol.machine
+                    ),
+                ),
+                None => (
+                    reference.clone(),
+                    "the committed reference run",
+                    "the committed reference run of the solution".to_owned(),
+                ),
+            };
+            let beside = dest.join("reference");
+            std::fs::create_dir_all(&beside)?;
+            copy_figures(&other, &beside)?;
+            caption.push_str(&side_by_side(lab, &dest, &beside, short, &label)?);
+        }
+        std::fs::write(dest.join("run.md"), caption)?;
+        let mut line = format!("lab {n}: {copied} figure(s) from {}", rel(&from));
+        if !picked.unreadable.is_empty() {
+            line.push_str(&format!(
+                " ({} run(s) skipped: unreadable results.json)",
+                picked.unreadable.len()
+            ));
+        }
+        said.push(line);
+    }
+    Ok(said)
+}
+
+/// Copies the SVG and PNG files of `from` into `to`; returns how many.
+fn copy_figures(from: &Path, to: &Path) -> Result<usize> {
+    let mut copied = 0;
+    if from.is_dir() {
+        for entry in std::fs::read_dir(from)? {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "svg" || e == "png") {
+                if let Some(name) = path.file_name() {
+                    std::fs::copy(&path, to.join(name))?;
+                    copied += 1;
+                }
+            }
+        }
+    }
+    Ok(copied)
+}
+
+/// A folded table, one row per chart both folders have: yours, then the other run's
+/// (`short` heads its column, `label` says which run it is, with date and machine).
+fn side_by_side(lab: &Lab, mine: &Path, other: &Path, short: &str, label: &str) -> Result<String> {
+    let mut names: Vec<String> = std::fs::read_dir(mine)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".svg") && other.join(n).is_file())
+        .collect();
+    if names.is_empty() {
+        return Ok(String::new());
+    }
+    names.sort();
+    let (short, label) = (escape(short), escape(label));
+    // Relative to the chapter (book/src/labs/), which includes run.md.
+    let at = format!("../figures/{}", lab.short());
+    let mut html = format!(
+        "\n<details>\n<summary>Your run beside {label}</summary>\n\n\
+         <table>\n<tr><th>your run</th><th>{short}</th></tr>\n"
+    );
+    for n in names {
+        html.push_str(&format!(
+            "<tr><td><img src=\"{at}/{n}\" alt=\"{n}, your run\"></td>\
+             <td><img src=\"{at}/reference/{n}\" alt=\"{n}, {short}\"></td></tr>\n"
+        ));
+    }
+    html.push_str("</table>\n\n</details>\n");
+    Ok(html)
+}
+
+/// `text` safe inside HTML text and double-quoted attributes.
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::labs::info;
+
+    /// A run folder with a manifest (solution or not) and one chart.
+    fn run(results: &Path, stamp: &str, solution: bool, chart: &str) {
+        let dir = results.join("lab07").join(stamp);
+        std::fs::create_dir_all(&dir).unwrap();
+        let env = if solution {
+            serde_json::json!({ SOLUTION_ENV: "1" })
+        } else {
+            serde_json::json!({})
+        };
+        let doc = serde_json::json!({
+            "format": 1,
+            "manifest": {
+                "env": env,
+                "host": { "cpu": "Test CPU", "cores": 2, "hostname": "box" },
+            },
+            "records": [],
+        });
+        std::fs::write(dir.join("results.json"), doc.to_string()).unwrap();
+        std::fs::write(dir.join("throughput.svg"), chart).unwrap();
+    }
+
+    fn lab7(root: &Path) -> Vec<Lab> {
+        std::fs::create_dir_all(root.join("labs")).unwrap();
+        std::fs::write(
+            root.join("labs/info.toml"),
+            "[[lab]]\nnumber = 7\nname = \"ddp\"\ntitle = \"t\"\ngoal = \"g\"\n\
+             minutes = 1\ndone = \"d\"\nhints = [\"Why?\"]\n",
+        )
+        .unwrap();
+        let reference = root.join("book/reference/lab07");
+        std::fs::create_dir_all(&reference).unwrap();
+        std::fs::write(reference.join("run.md"), "on a test VM, 2026-11-23.").unwrap();
+        std::fs::write(reference.join("throughput.svg"), "<svg>committed</svg>").unwrap();
+        info::load(root).unwrap()
+    }
+
+    fn staged(root: &Path, file: &str) -> String {
+        std::fs::read_to_string(root.join("book/src/figures/lab07").join(file)).unwrap()
+    }
+
+    #[test]
+    fn a_newer_solution_run_is_never_called_yours() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, results) = (dir.path(), dir.path().join("results"));
+        let labs = lab7(root);
+        run(&results, "20261125-100000", false, "<svg>mine</svg>");
+        run(&results, "20261126-143000", true, "<svg>solution</svg>");
+        stage(root, &results, &labs).unwrap();
+        // The chapter's figures are the learner's, though the solution ran later.
+        assert_eq!(staged(root, "throughput.svg"), "<svg>mine</svg>");
+        assert_eq!(
+            staged(root, "reference/throughput.svg"),
+            "<svg>solution</svg>"
+        );
+        let caption = staged(root, "run.md");
+        assert!(
+            caption.contains(
+                "**your own run** of lab 7 (2026-11-25 10:00 UTC, Test CPU, 2 cores, host box"
+            ),
+            "{caption}"
+        );
+        assert!(
+            caption.contains("beside the reference solution's run (2026-11-26 14:30 UTC, Test CPU, 2 cores, host box)"),
+            "{caption}"
+        );
+        assert!(
+            caption.contains("src=\"../figures/lab07/reference/throughput.svg\""),
+            "{caption}"
+        );
+    }
+
+    #[test]
+    fn only_a_solution_run_is_captioned_as_the_solutions() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, results) = (dir.path(), dir.path().join("results"));
+        let labs = lab7(root);
+        run(&results, "20261126-143000", true, "<svg>solution</svg>");
+        stage(root, &results, &labs).unwrap();
+        assert_eq!(staged(root, "throughput.svg"), "<svg>solution</svg>");
+        let caption = staged(root, "run.md");
+        assert!(
+            caption.contains("**the reference solution's run** (2026-11-26 14:30 UTC"),
+            "{caption}"
+        );
+        assert!(
+            !caption.to_lowercase().contains("your own run"),
+            "{caption}"
+        );
+        assert!(!root.join("book/src/figures/lab07/reference").exists());
+    }
+
+    #[test]
+    fn without_runs_the_committed_reference_stands_in_and_mine_is_set_beside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, results) = (dir.path(), dir.path().join("results"));
+        let labs = lab7(root);
+        stage(root, &results, &labs).unwrap();
+        assert_eq!(staged(root, "throughput.svg"), "<svg>committed</svg>");
+        assert!(staged(root, "run.md").contains("A reference run of the solution: on a test VM"));
+        run(&results, "20261125-100000", false, "<svg>mine</svg>");
+        // A run whose results file is not JSON is neither yours nor the solution's.
+        run(&results, "20261127-000000", false, "<svg>broken</svg>");
+        std::fs::write(results.join("lab07/20261127-000000/results.json"), "{").unwrap();
+        let said = stage(root, &results, &labs).unwrap();
+        assert!(said[0].contains("1 run(s) skipped"), "{said:?}");
+        assert_eq!(staged(root, "throughput.svg"), "<svg>mine</svg>");
+        assert_eq!(
+            staged(root, "reference/throughput.svg"),
+            "<svg>committed</svg>"
+        );
+        assert!(
+            staged(root, "run.md").contains("beside the committed reference run of the solution")
+        );
+    }
+}

@@ -1,0 +1,147 @@
+//! Tests of `cargo lab`'s building, checking and hinting.
+
+use super::*;
+
+#[test]
+fn executables_are_read_from_cargos_json_messages() {
+    let lines = [
+        r#"{"reason":"compiler-artifact","manifest_path":"/w/labs/01-a/Cargo.toml","target":{"name":"check"},"executable":"/w/target/debug/deps/check-1","fresh":true}"#,
+        r#"{"reason":"compiler-artifact","manifest_path":"/w/labs/kit/Cargo.toml","target":{"name":"labkit"},"executable":null}"#,
+        r#"{"reason":"build-finished","success":true}"#,
+        "not json",
+    ]
+    .join("\n");
+    let got = artifacts(&lines);
+    assert_eq!(
+        got,
+        [Artifact {
+            dir: PathBuf::from("/w/labs/01-a"),
+            target: "check".into(),
+            executable: PathBuf::from("/w/target/debug/deps/check-1"),
+            fresh: true,
+        }]
+    );
+}
+
+/// A scratch workspace with two labs of no dependencies: lab 1's exercise does not
+/// compile, lab 2's passes its check.
+fn scratch_workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let write = |rel: &str, text: &str| {
+        let path = root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    write(
+        "Cargo.toml",
+        "[workspace]\nmembers = [\"labs/01-broken\", \"labs/02-fine\"]\nresolver = \"2\"\n",
+    );
+    let mut info = String::new();
+    for (n, name, body) in [
+        (1, "broken", "pub fn answer() -> u32 { \"not a number\" }"),
+        (2, "fine", "pub fn answer() -> u32 { 42 }"),
+    ] {
+        info += &format!(
+            "[[lab]]\nnumber = {n}\nname = \"{name}\"\ntitle = \"t\"\ngoal = \"g\"\n\
+             minutes = 1\ndone = \"d\"\nhints = [\"Why?\", \"How?\", \"Which call?\"]\n\n"
+        );
+        let dir = format!("labs/{n:02}-{name}");
+        write(
+            &format!("{dir}/Cargo.toml"),
+            &format!(
+                "[package]\nname = \"lab{n:02}-{name}\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
+                 [[test]]\nname = \"check\"\ntest = false\n"
+            ),
+        );
+        write(&format!("{dir}/src/lib.rs"), "pub mod exercise;\n");
+        write(&format!("{dir}/src/exercise.rs"), &format!("{body}\n"));
+        write(&format!("{dir}/src/main.rs"), "fn main() {}\n");
+        write(
+            &format!("{dir}/tests/check.rs"),
+            &format!(
+                "#[test]\nfn answers() {{ assert_eq!(lab{n:02}_{name}::exercise::answer(), 42); }}\n"
+            ),
+        );
+    }
+    write("labs/info.toml", &info);
+    dir
+}
+
+#[test]
+fn a_lab_that_does_not_compile_blocks_no_other_labs_check() {
+    let dir = scratch_workspace();
+    let root = dir.path();
+    let labs = info::load(root).unwrap();
+    let (broken, fine) = (&labs[0], &labs[1]);
+    assert!(first_build_note(root, fine).is_some());
+    // Lab 2 builds and passes although lab 1 does not compile.
+    check(root, fine).unwrap();
+    assert!(first_build_note(root, fine).is_none());
+    // The run after the check compiles nothing: the same artefacts.
+    let again = build_lab(root, fine).unwrap();
+    assert!(!again.is_empty());
+    assert!(again.iter().all(|a| a.fresh), "{again:?}");
+    find_artifact(&again, root, fine, &fine.package()).unwrap();
+    // Lab 1's own check does fail to build.
+    let e = build_lab(root, broken).unwrap_err().to_string();
+    assert!(e.contains("-p lab01-broken"), "{e}");
+}
+
+#[test]
+fn list_columns_line_up_whatever_the_title_length() {
+    let row = |n: &str, title: &str, min: &str, gpu: &str, status: &str| {
+        [n, title, min, gpu, status].map(String::from)
+    };
+    let out = table(&[
+        row("1", "A first all-reduce", "20", "", "not started"),
+        row(
+            "5",
+            "Model parallelism: a naive split, then GPipe (p−1)",
+            "35",
+            "yes",
+            "passes",
+        ),
+        row("14", "Tensor parallel", "5", "", "fails its check"),
+    ]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4);
+    // The status column starts at the same character on every line.
+    let at = |l: &str, word: &str| l.find(word).map(|b| l[..b].chars().count());
+    let starts = [
+        at(lines[0], "status"),
+        at(lines[1], "not started"),
+        at(lines[2], "passes"),
+        at(lines[3], "fails"),
+    ];
+    assert!(
+        starts.iter().all(|s| s.is_some() && *s == starts[0]),
+        "{out}"
+    );
+    // Minutes are right-aligned under their header.
+    assert_eq!(
+        at(lines[0], "min").map(|s| s + 3),
+        at(lines[3], " 5").map(|s| s + 2),
+        "{out}"
+    );
+}
+
+#[test]
+fn the_same_failure_checked_twice_spends_one_step_of_the_ladder() {
+    let dir = scratch_workspace();
+    let root = dir.path();
+    let labs = info::load(root).unwrap();
+    let lab = &labs[0];
+    let failed = "---- answers stdout ----\nexercise: TODO(lab 01) answer\nfinished in 0.01s\n";
+    let mut progress = Progress::load(root);
+    hint_for_failure(lab, &mut progress, failed).unwrap();
+    let once = Progress::load(root).get(&lab.short());
+    assert_eq!(once.hints_shown, 1);
+    let mut progress = Progress::load(root);
+    hint_for_failure(lab, &mut progress, &failed.replace("0.01s", "0.02s")).unwrap();
+    assert_eq!(Progress::load(root).get(&lab.short()), once);
+    // A different failure is a new place to be stuck: the next step.
+    let mut progress = Progress::load(root);
+    hint_for_failure(lab, &mut progress, "rank 1 disagrees with rank 0\n").unwrap();
+    assert_eq!(Progress::load(root).get(&lab.short()).hints_shown, 2);
+}
