@@ -140,7 +140,7 @@ pub fn reference(
         Some(Flight::new(
             rank,
             world,
-            opts.flight.notice,
+            opts.flight,
             opts.flight_store.clone(),
             &opts.prefix,
         )?)

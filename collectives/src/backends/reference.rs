@@ -166,6 +166,12 @@ impl ReferenceComm {
         let seq = g.seq;
         let started = self.flight.as_ref().map(|f| f.begin(collective, seq));
         let res = body(&mut g, seq);
+        if let (Some(f), Err(e)) = (&self.flight, &res) {
+            f.failed(
+                &format!("rank {} failed in {collective}: {e}", self.rank),
+                g.fingerprint,
+            );
+        }
         if let (Some(f), Some(started_ms)) = (&self.flight, started) {
             let ended_ms = f.end(collective, seq, res.is_ok());
             if let Some(tag) = g.fingerprint.take() {
@@ -179,9 +185,6 @@ impl ReferenceComm {
         }
         if let Err(e) = &res {
             let reason = format!("rank {} failed in {collective}: {e}", self.rank);
-            if let Some(f) = &self.flight {
-                f.failed(&reason);
-            }
             g.t.abort(&reason);
             g.broken = Some(e.to_string());
         }
@@ -588,6 +591,12 @@ impl ReferenceComm {
                 .as_ref()
                 .map(|f| f.begin(Collective::SendRecv, seq));
             let res = body(&mut g, t);
+            if let (Some(f), Err(e)) = (&self.flight, &res) {
+                f.failed(
+                    &format!("rank {} failed in send/recv: {e}", self.rank),
+                    Some(t),
+                );
+            }
             if let (Some(f), Some(started_ms)) = (&self.flight, started) {
                 let ended_ms = f.end(Collective::SendRecv, seq, res.is_ok());
                 g.history.push(Entry {
@@ -600,11 +609,7 @@ impl ReferenceComm {
             res
         })();
         if let Err(e) = &res {
-            let reason = format!("rank {} failed in send/recv: {e}", self.rank);
-            if let Some(f) = &self.flight {
-                f.failed(&reason);
-            }
-            g.t.abort(&reason);
+            g.t.abort(&format!("rank {} failed in send/recv: {e}", self.rank));
             g.broken = Some(e.to_string());
         }
         res

@@ -55,7 +55,16 @@ pub struct FlightSettings {
     /// A wait without progress this long prints a notice and looks for a
     /// deadlock (`RINGSIDE_NOTICE` seconds; 5 by default).
     pub notice: Duration,
+    /// A failed call prints this rank's [`LINE_MARK`] line to stderr, for the
+    /// launcher's hang table ([`crate::job::communicator`] sets it: the rank
+    /// was launched).
+    pub report_to_launcher: bool,
 }
+
+/// What starts the line a failed call prints for the launcher:
+/// `ringside flight | rank 0 | last completed all_reduce#8 | in all_reduce#9
+/// (1280 × float, avg) | waits to receive from rank 1`.
+pub const LINE_MARK: &str = "ringside flight | ";
 
 impl FlightSettings {
     /// Reads `RINGSIDE_FLIGHT_RECORDER` and `RINGSIDE_NOTICE`.
@@ -80,7 +89,11 @@ impl FlightSettings {
                 })?,
             Err(_) => DEFAULT_NOTICE,
         };
-        Ok(FlightSettings { enabled, notice })
+        Ok(FlightSettings {
+            enabled,
+            notice,
+            report_to_launcher: false,
+        })
     }
 }
 
@@ -182,6 +195,7 @@ pub struct Flight {
     rank: usize,
     world: usize,
     notice: Duration,
+    report_to_launcher: bool,
     /// The call in progress ([`pack`]ed; 0 when none).
     current: AtomicU64,
     current_since: AtomicU64,
@@ -204,7 +218,7 @@ impl Flight {
     pub fn new(
         rank: usize,
         world: usize,
-        notice: Duration,
+        settings: FlightSettings,
         store: Option<SharedStore>,
         prefix: &str,
     ) -> Result<Arc<Flight>> {
@@ -215,7 +229,8 @@ impl Flight {
         let flight = Arc::new(Flight {
             rank,
             world,
-            notice,
+            notice: settings.notice,
+            report_to_launcher: settings.report_to_launcher,
             current: AtomicU64::new(0),
             current_since: AtomicU64::new(0),
             completed: AtomicU64::new(0),
@@ -275,11 +290,41 @@ impl Flight {
         }
     }
 
-    /// The communicator broke with `error` (kept for peers that wait on it).
-    pub fn failed(&self, error: &str) {
+    /// The communicator broke with `error` in the call `current` (kept for
+    /// peers that wait on it; for the launcher, one [`LINE_MARK`] line).
+    /// Call before [`Flight::end`], which forgets the wait.
+    pub fn failed(&self, error: &str, current: Option<Tag>) {
         if let Ok(mut f) = self.failed.lock() {
             f.get_or_insert_with(|| error.to_owned());
         }
+        if self.report_to_launcher {
+            eprintln!("{}", self.line(current));
+        }
+    }
+
+    /// This rank's row of the launcher's hang table (see [`LINE_MARK`]).
+    pub fn line(&self, current: Option<Tag>) -> String {
+        let last = unpack(self.completed.load(Ordering::Relaxed))
+            .map_or("none".into(), |(c, seq)| format!("{c}#{seq}"));
+        let waiting = self.slow.lock().ok().and_then(|s| s.waiting);
+        let call = current
+            .map(|t| t.describe())
+            .or_else(|| {
+                unpack(self.current.load(Ordering::Relaxed)).map(|(c, seq)| format!("{c}#{seq}"))
+            })
+            .unwrap_or_else(|| "-".into());
+        let waits = match waiting {
+            Some((t, w, stalled)) if current.is_none_or(|c| c.seq == t.seq) => format!(
+                "waits {} ({:.1} s)",
+                board::describe_wait(w.send_to, w.recv_from),
+                stalled.as_secs_f64()
+            ),
+            _ => "-".into(),
+        };
+        format!(
+            "{LINE_MARK}rank {} | last completed {last} | in {call} | {waits}",
+            self.rank
+        )
     }
 
     /// The communicator is gone: peers waiting for us learn it.
