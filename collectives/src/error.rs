@@ -43,6 +43,10 @@ pub enum Error {
         /// Its reason, as it reported it.
         reason: String,
     },
+    /// Ranks wait on each other in a cycle, or on a rank that has closed its
+    /// communicator: the flight recorder saw that the wait can never end.
+    #[error("hang: {0}")]
+    Hang(String),
     /// Ranks called different collectives, or the same one with different
     /// lengths, dtypes, ops or roots.
     #[error("ranks disagree: {0}")]

@@ -35,6 +35,7 @@ pub mod conformance;
 pub mod deadline;
 pub mod element;
 pub mod error;
+pub mod flight;
 pub mod job;
 pub mod launch;
 pub mod plug_check;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::backends::reference::ReferenceComm;
 use crate::backends::{self, Options};
 use crate::error::Result;
+use crate::flight::SharedStore;
 use crate::rendezvous::MemStore;
 use crate::transport::TransportKind;
 
@@ -27,6 +28,7 @@ pub fn with_ranks<T: Send>(
     let mut opts = Options::new([7; 16])?;
     opts.transport = kind;
     opts.timeout = timeout;
+    opts.flight_store = Some(SharedStore(store.clone()));
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..world)
             .map(|rank| {

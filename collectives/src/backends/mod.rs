@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use crate::algorithms::Algo;
 use crate::error::{Error, Result};
+use crate::flight::{Flight, FlightSettings, SharedStore};
 use crate::rendezvous::Store;
 use crate::transport::shm::ShmTransport;
 use crate::transport::tcp::TcpTransport;
@@ -41,11 +42,19 @@ pub struct Options {
     pub listen_ip: IpAddr,
     /// Store key prefix, so several communicators can share one store.
     pub prefix: String,
+    /// Reference backend: the flight recorder's switch and notice time
+    /// (`RINGSIDE_FLIGHT_RECORDER`, `RINGSIDE_NOTICE`; see [`crate::flight`]).
+    pub flight: FlightSettings,
+    /// Reference backend: the job's store, kept by the flight recorder so a
+    /// rank whose wait lasts can ask where the others are and fail a deadlock
+    /// early. Without it, a lasting wait still prints its notice.
+    pub flight_store: Option<SharedStore>,
 }
 
 impl Options {
     /// Defaults: auto transport and algorithm, `RINGSIDE_TIMEOUT` seconds (300 if
-    /// unset), loopback listening.
+    /// unset), loopback listening, the flight recorder on with a notice after
+    /// `RINGSIDE_NOTICE` seconds (5 if unset) and no store for it.
     pub fn new(token: [u8; 16]) -> Result<Options> {
         let timeout = match std::env::var("RINGSIDE_TIMEOUT") {
             Ok(s) => Duration::from_secs_f64(s.parse::<f64>().map_err(|_| {
@@ -68,6 +77,8 @@ impl Options {
             token,
             listen_ip: IpAddr::from([127, 0, 0, 1]),
             prefix: String::new(),
+            flight: FlightSettings::from_env()?,
+            flight_store: None,
         })
     }
 }
@@ -123,6 +134,19 @@ pub fn reference(
         token: opts.token,
         listen_ip: opts.listen_ip,
     };
+    // Before the transport connects: once it has, every rank's flight key
+    // exists and reading it never waits.
+    let flight = if opts.flight.enabled {
+        Some(Flight::new(
+            rank,
+            world,
+            opts.flight,
+            opts.flight_store.clone(),
+            &opts.prefix,
+        )?)
+    } else {
+        None
+    };
     let kind = match opts.transport {
         TransportKind::Auto if all_on_this_host(store, rank, world, &opts.prefix)? => {
             TransportKind::Shm
@@ -140,7 +164,11 @@ pub fn reference(
             "tcp",
         ),
     };
-    Ok(ReferenceComm::new(t, opts.algo, name))
+    let mut comm = ReferenceComm::new(t, opts.algo, name);
+    if let Some(f) = flight {
+        comm.record(f);
+    }
+    Ok(comm)
 }
 
 /// Whether every rank runs on this host (same hostname and boot id).

@@ -23,6 +23,7 @@ use crate::algorithms::{
 use crate::buffer::{Buffer, BufferMut};
 use crate::element::{DType, ReduceOp, finish_avg};
 use crate::error::{Error, Result};
+use crate::flight::{Entry, Flight, History};
 use crate::transport::{Tag, Transport};
 use crate::{Backend, Collective, Communicator, Input};
 
@@ -34,6 +35,17 @@ pub struct ReferenceComm {
     world: usize,
     transport_name: &'static str,
     inner: Mutex<Inner>,
+    /// The flight recorder, unless `RINGSIDE_FLIGHT_RECORDER=0`.
+    flight: Option<Arc<Flight>>,
+}
+
+impl Drop for ReferenceComm {
+    fn drop(&mut self) {
+        // Peers still waiting for us learn that nothing more will come.
+        if let Some(f) = &self.flight {
+            f.close();
+        }
+    }
 }
 
 struct Inner {
@@ -47,6 +59,10 @@ struct Inner {
     broken: Option<String>,
     scratch: Vec<u64>,
     scratch2: Vec<u64>,
+    /// The fingerprint of the call in progress, for the history.
+    fingerprint: Option<Tag>,
+    /// The last calls (kept only with the flight recorder).
+    history: History,
 }
 
 fn blocks(count: usize, n: usize, esize: usize) -> Vec<Range<usize>> {
@@ -81,8 +97,29 @@ impl ReferenceComm {
                 broken: None,
                 scratch: Vec::new(),
                 scratch2: Vec::new(),
+                fingerprint: None,
+                history: History::default(),
             }),
+            flight: None,
         }
+    }
+
+    /// Records every later call in `flight`, and lets the transport tell it
+    /// about waits that last (see [`crate::flight`]).
+    pub fn record(&mut self, flight: Arc<Flight>) {
+        if let Ok(g) = self.inner.get_mut() {
+            g.t.set_watch(Some(flight.clone()));
+        }
+        self.flight = Some(flight);
+    }
+
+    /// The last calls this communicator made, oldest first (empty with the
+    /// flight recorder off).
+    pub fn flight_record(&self) -> Vec<Entry> {
+        self.inner
+            .lock()
+            .map(|g| g.history.entries())
+            .unwrap_or_default()
     }
 
     /// Forces an all_reduce algorithm for later calls (`Auto` picks by size).
@@ -127,7 +164,25 @@ impl ReferenceComm {
         let mut g = self.lock()?;
         g.seq = g.seq.wrapping_add(1);
         let seq = g.seq;
+        let started = self.flight.as_ref().map(|f| f.begin(collective, seq));
         let res = body(&mut g, seq);
+        if let (Some(f), Err(e)) = (&self.flight, &res) {
+            f.failed(
+                &format!("rank {} failed in {collective}: {e}", self.rank),
+                g.fingerprint,
+            );
+        }
+        if let (Some(f), Some(started_ms)) = (&self.flight, started) {
+            let ended_ms = f.end(collective, seq, res.is_ok());
+            if let Some(tag) = g.fingerprint.take() {
+                g.history.push(Entry {
+                    tag,
+                    started_ms,
+                    ended_ms,
+                    ok: res.is_ok(),
+                });
+            }
+        }
         if let Err(e) = &res {
             let reason = format!("rank {} failed in {collective}: {e}", self.rank);
             g.t.abort(&reason);
@@ -138,6 +193,11 @@ impl ReferenceComm {
 }
 
 impl Inner {
+    /// Notes `tag` as the fingerprint of the call in progress.
+    fn mark(&mut self, tag: Tag) -> Tag {
+        self.fingerprint = Some(tag);
+        tag
+    }
     fn tagged(&mut self, tag: Tag) -> TaggedTransport<'_> {
         TaggedTransport {
             t: self.t.as_mut(),
@@ -184,7 +244,7 @@ impl Communicator for ReferenceComm {
             let (dtype, count) = (output.dtype(), output.len());
             let src = input_bytes(B, &input, dtype, count, "all_reduce")?;
             let out = output.host_bytes_mut(B)?;
-            let tag = tag(Collective::AllReduce, seq, dtype, Some(op), 0, count);
+            let tag = g.mark(tag(Collective::AllReduce, seq, dtype, Some(op), 0, count));
             if n == 1 {
                 if let Some(s) = src {
                     out.copy_from_slice(s);
@@ -263,7 +323,7 @@ impl Communicator for ReferenceComm {
                 None
             };
             let out = output.host_bytes_mut(B)?;
-            let tag = tag(Collective::Broadcast, seq, dtype, None, root, count);
+            let tag = g.mark(tag(Collective::Broadcast, seq, dtype, None, root, count));
             g.agree(tag)?;
             if let Some(s) = src {
                 out.copy_from_slice(s);
@@ -298,7 +358,7 @@ impl Communicator for ReferenceComm {
             }
             let src = input_bytes(B, &input, dtype, count, "reduce")?;
             let out = output.host_bytes_mut(B)?;
-            let tag = tag(Collective::Reduce, seq, dtype, Some(op), root, count);
+            let tag = g.mark(tag(Collective::Reduce, seq, dtype, Some(op), root, count));
             g.agree(tag)?;
             let Inner { t, scratch, .. } = g;
             let mut p = TaggedTransport { t: t.as_mut(), tag };
@@ -329,7 +389,7 @@ impl Communicator for ReferenceComm {
             let count = per_rank(output.len(), n, "all_gather output")?;
             let src = input_bytes(B, &input, dtype, count, "all_gather")?;
             let out = output.host_bytes_mut(B)?;
-            let tag = tag(Collective::AllGather, seq, dtype, None, 0, count);
+            let tag = g.mark(tag(Collective::AllGather, seq, dtype, None, 0, count));
             g.agree(tag)?;
             let bl = blocks(count, n, dtype.size());
             if let Some(s) = src {
@@ -351,7 +411,14 @@ impl Communicator for ReferenceComm {
             let count = blocked_count(&input, output.len(), n, "reduce_scatter")?;
             let src = input_bytes(B, &input, dtype, n * count, "reduce_scatter")?;
             let out = output.host_bytes_mut(B)?;
-            let tag = tag(Collective::ReduceScatter, seq, dtype, Some(op), 0, count);
+            let tag = g.mark(tag(
+                Collective::ReduceScatter,
+                seq,
+                dtype,
+                Some(op),
+                0,
+                count,
+            ));
             g.agree(tag)?;
             let bl = blocks(count, n, dtype.size());
             let Inner { t, scratch, .. } = g;
@@ -383,7 +450,7 @@ impl Communicator for ReferenceComm {
             let count = per_rank(output.len(), n, "all_to_all output")?;
             let src = input_bytes(B, &input, dtype, n * count, "all_to_all")?;
             let out = output.host_bytes_mut(B)?;
-            let tag = tag(Collective::AllToAll, seq, dtype, None, 0, count);
+            let tag = g.mark(tag(Collective::AllToAll, seq, dtype, None, 0, count));
             g.agree(tag)?;
             let bl = blocks(count, n, dtype.size());
             let Inner { t, scratch, .. } = g;
@@ -409,7 +476,7 @@ impl Communicator for ReferenceComm {
             let count = gather_count(&input, output.len(), n, me == root)?;
             let src = input_bytes(B, &input, dtype, count, "gather")?;
             let out = output.host_bytes_mut(B)?;
-            let tag = tag(Collective::Gather, seq, dtype, None, root, count);
+            let tag = g.mark(tag(Collective::Gather, seq, dtype, None, root, count));
             g.agree(tag)?;
             let bl = blocks(count, n, dtype.size());
             let Inner { t, scratch, .. } = g;
@@ -437,7 +504,7 @@ impl Communicator for ReferenceComm {
                 None
             };
             let out = output.host_bytes_mut(B)?;
-            let tag = tag(Collective::Scatter, seq, dtype, None, root, count);
+            let tag = g.mark(tag(Collective::Scatter, seq, dtype, None, root, count));
             g.agree(tag)?;
             let bl = blocks(count, n, dtype.size());
             let Inner { t, scratch, .. } = g;
@@ -456,7 +523,8 @@ impl Communicator for ReferenceComm {
 
     fn barrier(&self) -> Result<()> {
         self.run(Collective::Barrier, |g, seq| {
-            g.agree(tag(Collective::Barrier, seq, DType::U8, None, 0, 0))
+            let tag = g.mark(tag(Collective::Barrier, seq, DType::U8, None, 0, 0));
+            g.agree(tag)
         })
     }
 
@@ -518,7 +586,27 @@ impl ReferenceComm {
             // The root field names the sender so both sides build the same tag.
             let sender = if sending { self.rank } else { peer };
             let t = tag(Collective::SendRecv, seq, dtype, None, sender, count);
-            body(&mut g, t)
+            let started = self
+                .flight
+                .as_ref()
+                .map(|f| f.begin(Collective::SendRecv, seq));
+            let res = body(&mut g, t);
+            if let (Some(f), Err(e)) = (&self.flight, &res) {
+                f.failed(
+                    &format!("rank {} failed in send/recv: {e}", self.rank),
+                    Some(t),
+                );
+            }
+            if let (Some(f), Some(started_ms)) = (&self.flight, started) {
+                let ended_ms = f.end(Collective::SendRecv, seq, res.is_ok());
+                g.history.push(Entry {
+                    tag: t,
+                    started_ms,
+                    ended_ms,
+                    ok: res.is_ok(),
+                });
+            }
+            res
         })();
         if let Err(e) = &res {
             g.t.abort(&format!("rank {} failed in send/recv: {e}", self.rank));

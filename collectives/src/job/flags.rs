@@ -35,7 +35,7 @@
 
 use std::time::Duration;
 
-use super::{JoinError, connect, start_rank};
+use super::{JoinError, connect_with, options, start_rank};
 use crate::algorithms::Algo;
 use crate::rendezvous::env::Rendezvous;
 use crate::transport::TransportKind;
@@ -50,18 +50,28 @@ pub struct SpawnArgs<const NPROC: usize = 2> {
 }
 
 /// `--timeout`: how long any single wait may take, in every program that
-/// runs ranks (also those that connect several backends in turn, as the tour).
+/// runs ranks (also those that connect several backends in turn, as the
+/// tour); `--notice`: when a wait is worth a line (the flight recorder's; see
+/// [`crate::flight`]).
 #[derive(Clone, Debug, clap::Args)]
 pub struct TimeoutArgs {
     /// Seconds any single wait may take.
     #[arg(long, default_value_t = 120.0, env = "RINGSIDE_TIMEOUT")]
     pub timeout: f64,
+    /// Seconds a wait may make no progress before the rank says so and looks
+    /// for a deadlock (reference backend).
+    #[arg(long, default_value_t = 5.0, env = "RINGSIDE_NOTICE")]
+    pub notice: f64,
 }
 
 impl TimeoutArgs {
     /// `--timeout` as a duration.
     pub fn timeout(&self) -> Result<Duration, JoinError> {
         Duration::try_from_secs_f64(self.timeout).map_err(JoinError::Timeout)
+    }
+    /// `--notice` as a duration.
+    pub fn notice(&self) -> Result<Duration, JoinError> {
+        Duration::try_from_secs_f64(self.notice).map_err(JoinError::Notice)
     }
 }
 
@@ -158,14 +168,13 @@ impl ConnectArgs {
         backend: Backend,
         prefix: &str,
     ) -> Result<Box<dyn Communicator>, JoinError> {
-        connect(
-            rdv,
-            backend,
-            self.transport,
-            self.algo,
-            self.timeout()?,
-            prefix,
-        )
+        let mut opts = options(rdv).map_err(JoinError::Options)?;
+        opts.transport = self.transport;
+        opts.algo = self.algo;
+        opts.timeout = self.timeout()?;
+        opts.flight.notice = self.wait.notice()?;
+        opts.prefix = prefix.to_owned();
+        connect_with(rdv, backend, &opts)
     }
 }
 
@@ -235,6 +244,7 @@ mod tests {
         assert_eq!(a.job.backend, Backend::Reference);
         assert_eq!(a.job.connect.algo, Algo::Auto);
         assert_eq!(a.job.connect.timeout().unwrap(), Duration::from_secs(120));
+        assert_eq!(a.job.connect.wait.notice().unwrap(), Duration::from_secs(5));
     }
 
     #[test]

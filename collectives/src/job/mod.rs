@@ -20,13 +20,16 @@
 mod flags;
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::algorithms::Algo;
 use crate::backends::{self, Options};
 use crate::error::{Error, Result};
+use crate::flight::SharedStore;
 use crate::launch::{self, LaunchReport, Role};
 use crate::rendezvous::env::{self, Rendezvous};
+use crate::rendezvous::store::TcpStore;
 use crate::transport::TransportKind;
 use crate::{Backend, Communicator};
 
@@ -100,19 +103,44 @@ pub fn address_towards(host: &str, port: u16) -> Result<IpAddr> {
         .ip())
 }
 
-/// Connects a communicator of `backend` among the job's ranks.
+/// Connects a communicator of `backend` among the job's ranks. The reference
+/// backend's flight recorder gets its own connection to the job's store
+/// (unless `opts` brings one), so a rank whose wait lasts can ask where the
+/// others are (see [`crate::flight`]).
 pub fn communicator(
     rdv: &Rendezvous,
     backend: Backend,
     opts: &Options,
 ) -> Result<Box<dyn Communicator>> {
-    backends::connect(
-        backend,
-        rdv.store(),
-        rdv.info.rank,
-        rdv.info.world_size,
-        opts,
+    let (rank, world) = (rdv.info.rank, rdv.info.world_size);
+    if backend != Backend::Reference || !opts.flight.enabled || world == 1 {
+        return backends::connect(backend, rdv.store(), rank, world, opts);
+    }
+    let mut opts = opts.clone();
+    // A launched rank's failed call leaves its row for the launcher's table.
+    opts.flight.report_to_launcher = true;
+    if opts.flight_store.is_none() {
+        opts.flight_store = flight_store(rdv, opts.timeout);
+    }
+    backends::connect(backend, rdv.store(), rank, world, &opts)
+}
+
+/// A second connection to the job's store for the flight recorder: the
+/// rendezvous owns the first, and the recorder's responder thread outlives
+/// any borrow of it. Best effort: without it the recorder still prints its
+/// notices, it only cannot ask the other ranks where they are.
+fn flight_store(rdv: &Rendezvous, timeout: Duration) -> Option<SharedStore> {
+    let i = &rdv.info;
+    TcpStore::connect(
+        &i.master_addr,
+        i.master_port,
+        &i.token,
+        i.rank,
+        i.world_size,
+        timeout,
     )
+    .ok()
+    .map(|s| SharedStore(Arc::new(s)))
 }
 
 /// A failure to become a rank or to connect, saying which step failed (the
@@ -122,6 +150,9 @@ pub enum JoinError {
     /// `--timeout` was negative, not a number, or too large.
     #[error("--timeout must be a non-negative number of seconds")]
     Timeout(#[source] std::time::TryFromFloatSecsError),
+    /// `--notice` was negative, not a number, or too large.
+    #[error("--notice must be a non-negative number of seconds")]
+    Notice(#[source] std::time::TryFromFloatSecsError),
     /// Spawning the local ranks, or joining the launcher's job, failed.
     #[error("starting the ranks")]
     Start(#[source] Error),
@@ -168,9 +199,18 @@ pub fn connect(
     opts.algo = algo;
     opts.timeout = timeout;
     opts.prefix = prefix.to_owned();
-    communicator(rdv, backend, &opts).map_err(|source| JoinError::Connect {
+    connect_with(rdv, backend, &opts)
+}
+
+/// [`communicator`] with `opts` as they are, failing with the step's name.
+pub fn connect_with(
+    rdv: &Rendezvous,
+    backend: Backend,
+    opts: &Options,
+) -> std::result::Result<Box<dyn Communicator>, JoinError> {
+    communicator(rdv, backend, opts).map_err(|source| JoinError::Connect {
         backend,
-        transport: transport.name(),
+        transport: opts.transport.name(),
         source,
     })
 }

@@ -43,6 +43,7 @@ use crate::rendezvous::store::{TOKEN_VAR, Token};
 mod blame;
 mod exit;
 mod group;
+mod hang_table;
 mod init;
 mod interrupt;
 mod output;

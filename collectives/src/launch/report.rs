@@ -100,6 +100,9 @@ impl fmt::Display for LaunchReport {
                 }
             }
         }
+        if let Some(table) = self.hang_table() {
+            write!(f, "{table}")?;
+        }
         let stopped: Vec<String> = self
             .ranks
             .iter()

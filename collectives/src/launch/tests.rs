@@ -171,3 +171,44 @@ fn the_report_names_the_rank_the_failed_one_waited_for() {
     r.ranks[0].stderr_tail = vec!["Error: waiting for rank 0".into()];
     assert!(r.blamed().is_none());
 }
+
+/// A hung job read as one rank's timeout; the table shows every rank's wait.
+#[test]
+fn a_hung_job_reports_every_ranks_wait_in_one_table() {
+    let row = |r: usize, from: usize| {
+        format!(
+            "[rank {r}] ringside flight | rank {r} | last completed none | \
+             in all_reduce#1 (4 × float, sum) | waits to receive from rank {from} (30.0 s)"
+        )
+    };
+    let mut r0 = outcome(0, Exit::Code(1));
+    r0.stderr_tail = vec!["error: timed out".into(), row(0, 1)];
+    let mut r1 = outcome(1, Exit::Signal(libc::SIGTERM));
+    r1.stopped = Some(Stopped::Terminated);
+    r1.stderr_tail = vec![row(1, 0)];
+    let mut r2 = outcome(2, Exit::Signal(libc::SIGTERM));
+    r2.stopped = Some(Stopped::Terminated);
+    let report = LaunchReport {
+        ranks: vec![r0, r1, r2],
+        failed: Some(0),
+        interrupted: None,
+    };
+    let text = report.to_string();
+    assert!(text.contains("where every rank was"), "{text}");
+    let line = |r: usize| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{r} ")))
+            .unwrap_or_else(|| panic!("no row for rank {r}: {text}"))
+            .to_owned()
+    };
+    assert!(line(0).contains("waits to receive from rank 1"), "{text}");
+    assert!(line(1).contains("waits to receive from rank 0"), "{text}");
+    assert!(line(2).contains("still running when stopped"), "{text}");
+    // No flight lines, no table.
+    let plain = LaunchReport {
+        ranks: vec![outcome(0, Exit::Code(1))],
+        failed: Some(0),
+        interrupted: None,
+    };
+    assert!(!plain.to_string().contains("where every rank was"));
+}

@@ -67,24 +67,30 @@ pub struct Tag {
 }
 
 impl Tag {
-    /// Describes the call this tag belongs to, for error messages.
+    /// Describes the call this tag belongs to, for error messages and the
+    /// flight recorder: `all_reduce#9 (1280 × float, avg)`,
+    /// `broadcast#9 (1280 × float, root 0)`, `barrier#3`.
     pub fn describe(&self) -> String {
-        let mut s = format!(
-            "{}#{}(count={}, dtype={}",
-            self.collective, self.seq, self.count, self.dtype
-        );
+        let mut s = format!("{}#{}", self.collective, self.seq);
+        if self.collective == Collective::Barrier {
+            return s;
+        }
+        s.push_str(&format!(" ({} × {}", self.count, self.dtype));
         if matches!(
             self.collective,
             Collective::AllReduce | Collective::Reduce | Collective::ReduceScatter
         ) {
             let op = ReduceOp::from_code(self.op).map_or("?", ReduceOp::name);
-            s.push_str(&format!(", op={op}"));
+            s.push_str(&format!(", {op}"));
         }
         if matches!(
             self.collective,
             Collective::Broadcast | Collective::Reduce | Collective::Gather | Collective::Scatter
         ) {
-            s.push_str(&format!(", root={}", self.root));
+            s.push_str(&format!(", root {}", self.root));
+        }
+        if self.collective == Collective::SendRecv {
+            s.push_str(&format!(", from rank {}", self.root));
         }
         s.push(')');
         s
@@ -155,18 +161,27 @@ impl Frame {
         })
     }
 
-    /// Checks a received data frame from `peer` against what we expect.
+    /// Checks a received data frame from `peer` against what rank `me`
+    /// expects. A different call is reported as both ranks' calls, side by
+    /// side ("rank 0 is in all_reduce#9 (…), rank 1 is in broadcast#9 (…)"):
+    /// this is the desync check, and it fires in the first exchange of the
+    /// call, the reference backend's agreement round.
     ///
     /// An abort frame is not checked here: transports read its reason and
     /// return [`Error::PeerAborted`].
-    pub fn expect(&self, peer: usize, want: &Tag, want_len: usize) -> Result<()> {
-        if self.tag != *want || self.len != want_len as u64 {
+    pub fn expect(&self, me: usize, peer: usize, want: &Tag, want_len: usize) -> Result<()> {
+        if self.tag != *want {
             return Err(Error::Mismatch(format!(
-                "rank {peer} sent {} with {} bytes, but this rank is in {} expecting {} bytes",
+                "rank {me} is in {}, rank {peer} is in {}",
+                want.describe(),
                 self.tag.describe(),
+            )));
+        }
+        if self.len != want_len as u64 {
+            return Err(Error::Mismatch(format!(
+                "rank {peer} sent {} bytes in {}, but rank {me} expects {want_len} bytes",
                 self.len,
                 want.describe(),
-                want_len
             )));
         }
         Ok(())
@@ -284,6 +299,32 @@ pub struct TransportOptions {
     pub listen_ip: std::net::IpAddr,
 }
 
+/// Which halves of an exchange are still waiting, for a [`WaitWatch`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Waiting {
+    /// The peer our send waits on (to make room or take the message).
+    pub send_to: Option<usize>,
+    /// The peer we wait to receive from.
+    pub recv_from: Option<usize>,
+}
+
+/// Told about waits that make no progress (the flight recorder's notices and
+/// hang checks; see [`crate::flight`]).
+///
+/// Transports call it only from their slow path, after a wait has gone
+/// [`WATCH_AFTER`] without a byte moving and then at most every
+/// [`WATCH_EVERY`] or so, so it costs nothing on the fast path. An error ends
+/// the wait with that error.
+pub trait WaitWatch: Send + Sync + std::fmt::Debug {
+    /// The exchange of `tag` has made no progress for `stalled`.
+    fn stalled(&self, tag: &Tag, waiting: Waiting, stalled: Duration) -> Result<()>;
+}
+
+/// How long a wait goes without progress before its [`WaitWatch`] hears of it.
+pub const WATCH_AFTER: Duration = Duration::from_millis(500);
+/// About how often a [`WaitWatch`] hears of a wait that stays stalled.
+pub const WATCH_EVERY: Duration = Duration::from_millis(200);
+
 /// Moves tagged messages between ranks.
 ///
 /// Implementations must make [`Transport::exchange`] deadlock-free for any
@@ -311,6 +352,10 @@ pub trait Transport: Send {
     /// peers waiting on us fail with [`Error::PeerAborted`] instead of timing
     /// out. Never blocks for long; the transport is unusable afterwards.
     fn abort(&mut self, reason: &str);
+    /// Installs the watch told about stalled waits (none by default).
+    fn set_watch(&mut self, watch: Option<std::sync::Arc<dyn WaitWatch>>) {
+        let _ = watch;
+    }
 }
 
 /// CPUs online on this host, for deciding whether waiting ranks may spin.

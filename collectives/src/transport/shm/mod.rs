@@ -70,7 +70,9 @@ use self::ring::{Cursor, Rx, Stage, Tx};
 use self::segment::{Layout, SHM_DIR, Segment, create_segment, open_segment, ring_capacity};
 use self::single_copy::{DESCRIPTOR_LEN, Reach};
 use self::wait::{OVERSUBSCRIBED_SPIN_TIME, OVERSUBSCRIBED_YIELDS, SPIN_TIME, Wait, YIELDS};
-use super::{FLAG_SINGLE_COPY, Frame, HEADER_LEN, Sink, Tag, Transport, TransportOptions};
+use super::{
+    FLAG_SINGLE_COPY, Frame, HEADER_LEN, Sink, Tag, Transport, TransportOptions, WaitWatch,
+};
 use crate::error::{Error, Result};
 use crate::rendezvous::{Store, barrier};
 
@@ -116,6 +118,8 @@ pub struct ShmTransport {
     bounce: Vec<u64>,
     /// This rank's CPU binding, undone when the transport goes.
     binding: Option<crate::sys::affinity::Binding>,
+    /// Hears of stalled waits (the flight recorder).
+    watch: Option<std::sync::Arc<dyn WaitWatch>>,
 }
 
 impl Drop for ShmTransport {
@@ -279,6 +283,7 @@ impl ShmTransport {
             reach: vec![Reach::Ring; world],
             bounce: Vec::new(),
             binding,
+            watch: None,
         };
         t.probe_peers(mode);
         // Every receiver has said whether it can read its senders' memory
@@ -409,5 +414,9 @@ impl Transport for ShmTransport {
             self.aborted = Some(reason.to_owned());
         }
         self.publish_abort(reason);
+    }
+
+    fn set_watch(&mut self, watch: Option<std::sync::Arc<dyn WaitWatch>>) {
+        self.watch = watch;
     }
 }

@@ -200,7 +200,7 @@ impl ShmTransport {
                     reason: String::from_utf8_lossy(&reason).into_owned(),
                 });
             }
-            frame.expect(r.peer, tag, r.want)?;
+            frame.expect(self.rank, r.peer, tag, r.want)?;
             if frame.flags & FLAG_SINGLE_COPY != 0 {
                 // The sender writes the descriptor with the header. Our tail
                 // stays before both until the read is over: it is the

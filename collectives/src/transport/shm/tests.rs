@@ -215,7 +215,10 @@ fn mismatched_tag_or_length_is_a_mismatch_on_the_receiver() {
         }
     });
     let msg = out[1].as_ref().unwrap_err().to_string();
-    assert!(msg.contains("rank 0 sent sendrecv#1"), "{msg}");
+    assert!(
+        msg.contains("rank 1 is in sendrecv#7") && msg.contains("rank 0 is in sendrecv#1"),
+        "{msg}"
+    );
 
     let out = with_ranks(2, Duration::from_secs(5), |mut t| {
         if t.rank() == 0 {

@@ -13,7 +13,7 @@ use super::segment::{R_BELL, R_CPU, R_SLEEPING};
 use crate::deadline::Deadline;
 use crate::error::Result;
 use crate::sys::{affinity, futex};
-use crate::transport::{HEADER_LEN, Tag};
+use crate::transport::{HEADER_LEN, Tag, WATCH_AFTER, WATCH_EVERY, Waiting};
 
 /// How long a waiter spins before it yields its core, when every rank can
 /// have a core of its own. A running peer answers within a microsecond, so
@@ -44,6 +44,8 @@ pub(super) struct Wait {
     since: Option<Instant>,
     /// A peer we wait for last ran on our CPU: spinning would only delay it.
     colocated: bool,
+    /// When the transport's watch last heard of this wait.
+    watched: Option<Instant>,
 }
 
 impl Wait {
@@ -53,6 +55,7 @@ impl Wait {
             yields: 0,
             since: None,
             colocated: false,
+            watched: None,
         }
     }
 }
@@ -134,6 +137,17 @@ impl ShmTransport {
         }
         if dl.expired() {
             return Err(dl.error(self.waiting_for(tag, tx, rx)));
+        }
+        if let Some(watch) = &self.watch {
+            let stalled = since.elapsed();
+            if stalled >= WATCH_AFTER && w.watched.is_none_or(|t| t.elapsed() >= WATCH_EVERY) {
+                w.watched = Some(Instant::now());
+                let waiting = Waiting {
+                    send_to: tx.filter(|t| !t.done()).map(|t| t.peer),
+                    recv_from: rx.filter(|r| r.stage != Stage::Done).map(|r| r.peer),
+                };
+                watch.stalled(tag, waiting, stalled)?;
+            }
         }
         Ok(())
     }

@@ -43,11 +43,12 @@ mod tests;
 
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
 use std::time::Duration;
 
 use self::outgoing::Outgoing;
 use self::progress::{Dest, Incoming, progress_loop, spin_budget};
-use super::{Frame, HEADER_LEN, Sink, SinkWriter, Tag, Transport, TransportOptions};
+use super::{Frame, HEADER_LEN, Sink, SinkWriter, Tag, Transport, TransportOptions, WaitWatch};
 use crate::error::{Error, Result};
 use crate::rendezvous::Store;
 
@@ -72,6 +73,8 @@ pub struct TcpTransport {
     /// (the byte streams may be mid-frame) or we aborted.
     broken: Option<String>,
     aborted: bool,
+    /// Hears of stalled waits (the flight recorder).
+    watch: Option<Arc<dyn WaitWatch>>,
 }
 
 #[derive(Debug)]
@@ -121,6 +124,7 @@ impl TcpTransport {
             staging: vec![0; STAGING_LEN],
             broken: None,
             aborted: false,
+            watch: None,
         })
     }
 
@@ -200,6 +204,7 @@ impl Transport for TcpTransport {
                     s @ Sink::Reduce { .. } => Dest::Reduce(SinkWriter::new(s)),
                 };
                 Some(Incoming {
+                    me: self.rank,
                     peer,
                     fd,
                     header: [0; HEADER_LEN],
@@ -220,6 +225,7 @@ impl Transport for TcpTransport {
             &mut self.staging,
             self.timeout,
             self.spin,
+            self.watch.as_deref(),
         );
         if let Err(e) = &result {
             if let Some(o) = out.as_ref().filter(|o| o.sent > 0 && !o.done()) {
@@ -239,5 +245,9 @@ impl Transport for TcpTransport {
         self.aborted = true;
         let reason = abort::announce(self.rank, self.peers.iter_mut().flatten(), reason);
         self.broken = Some(format!("this rank aborted: {reason}"));
+    }
+
+    fn set_watch(&mut self, watch: Option<Arc<dyn WaitWatch>>) {
+        self.watch = watch;
     }
 }

@@ -13,7 +13,9 @@ use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::sys::poll_ms;
 use crate::sys::socket::{recv1, recv2};
-use crate::transport::{FLAG_ABORT, Frame, HEADER_LEN, SinkWriter, Tag};
+use crate::transport::{
+    FLAG_ABORT, Frame, HEADER_LEN, SinkWriter, Tag, WATCH_AFTER, WATCH_EVERY, WaitWatch, Waiting,
+};
 
 /// Payloads up to this size are received together with their header (one
 /// syscall) into the staging buffer, then copied: the copy costs less than a
@@ -30,6 +32,8 @@ pub(super) enum Dest<'a> {
 
 /// One incoming frame in flight.
 pub(super) struct Incoming<'a> {
+    /// This rank, for naming both sides of a mismatch.
+    pub(super) me: usize,
     pub(super) peer: usize,
     pub(super) fd: RawFd,
     pub(super) header: [u8; HEADER_LEN],
@@ -89,7 +93,7 @@ impl Incoming<'_> {
                         timeout,
                     ));
                 }
-                frame.expect(self.peer, tag, self.want)?;
+                frame.expect(self.me, self.peer, tag, self.want)?;
                 if extra > 0 {
                     self.feed(&staging[..extra]);
                 }
@@ -148,7 +152,8 @@ impl Incoming<'_> {
     }
 }
 
-/// Runs both halves of an exchange to completion (see the module docs).
+/// Runs both halves of an exchange to completion (see the module docs);
+/// `watch` hears of stretches without progress (from the slow path only).
 pub(super) fn progress_loop(
     tag: &Tag,
     mut out: Option<&mut Outgoing<'_>>,
@@ -156,7 +161,9 @@ pub(super) fn progress_loop(
     staging: &mut [u8],
     timeout: Duration,
     spin: Duration,
+    watch: Option<&dyn WaitWatch>,
 ) -> Result<()> {
+    let mut last_watch: Option<Instant> = None;
     let mut try_send = true;
     let mut try_recv = true;
     // When we first find nothing to do, retry the non-blocking calls for up to
@@ -208,6 +215,18 @@ pub(super) fn progress_loop(
             continue;
         }
 
+        if let Some(w) = watch {
+            let stalled = timeout.saturating_sub(dl.remaining());
+            if stalled >= WATCH_AFTER && last_watch.is_none_or(|t| t.elapsed() >= WATCH_EVERY) {
+                last_watch = Some(Instant::now());
+                let waiting = Waiting {
+                    send_to: out.as_deref().filter(|_| send_pending).map(|o| o.peer),
+                    recv_from: inc.as_deref().filter(|_| recv_pending).map(|i| i.peer),
+                };
+                w.stalled(tag, waiting, stalled)?;
+            }
+        }
+
         let mut fds = [libc::pollfd {
             fd: -1,
             events: 0,
@@ -242,7 +261,11 @@ pub(super) fn progress_loop(
                 nfds += 1;
             }
         }
-        let ms = poll_ms(dl.remaining());
+        // With a watch, wake up now and then to tell it how long we wait.
+        let ms = poll_ms(match watch {
+            Some(_) => dl.remaining().min(WATCH_EVERY),
+            None => dl.remaining(),
+        });
         // SAFETY: `fds` is a live array of `nfds` (<= 2) initialised pollfds.
         let rc = unsafe { libc::poll(fds.as_mut_ptr(), nfds as libc::nfds_t, ms) };
         if rc < 0 {

@@ -214,7 +214,9 @@ fn mismatched_tags_fail_on_both_sides() {
         let Error::Mismatch(msg) = e else {
             panic!("rank {r}: expected a mismatch, got {e}")
         };
-        assert!(msg.contains(&format!("rank {} sent", 1 - r)), "{msg}");
+        // Both calls, each with its rank: the desync check's message.
+        assert!(msg.contains(&format!("rank {r} is in")), "{msg}");
+        assert!(msg.contains(&format!("rank {} is in", 1 - r)), "{msg}");
     }
     // The transport refuses further use instead of reading mid-frame.
     let t = tag(4, DType::U8, 0);

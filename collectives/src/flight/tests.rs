@@ -1,0 +1,245 @@
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::board::{Picture, RankState, Where};
+use crate::algorithms::TaggedTransport;
+use crate::algorithms::plug::Plug;
+use crate::element::{DType, ReduceOp};
+use crate::error::Result;
+use crate::thread_ranks::with_ranks;
+use crate::transport::{Sink, TransportKind};
+use crate::{BufferMut, Communicator, Input};
+
+fn waiting(rank: usize, seq: u32, recv_from: usize, stalled_ms: u64) -> RankState {
+    RankState {
+        rank,
+        answer: 1,
+        last: None,
+        place: Where::Waiting {
+            call: format!("all_reduce#{seq} (1 × float, sum)"),
+            seq,
+            send_to: None,
+            recv_from: Some(recv_from),
+            stalled_ms,
+        },
+    }
+}
+
+#[test]
+fn flight_states_survive_the_store() {
+    let states = [
+        waiting(0, 3, 1, 5000),
+        RankState {
+            rank: 1,
+            answer: 4,
+            last: Some("all_reduce#8".into()),
+            place: Where::Idle { for_ms: 12 },
+        },
+        RankState {
+            rank: 2,
+            answer: 0,
+            last: None,
+            place: Where::Running {
+                call: "broadcast#2".into(),
+                for_ms: 7,
+            },
+        },
+        RankState {
+            rank: 3,
+            answer: 0,
+            last: Some("barrier#1".into()),
+            place: Where::Closed { failed: None },
+        },
+        RankState {
+            rank: 4,
+            answer: 2,
+            last: None,
+            place: Where::Closed {
+                failed: Some("hang: rank 0 waits".into()),
+            },
+        },
+    ];
+    for s in states {
+        assert_eq!(RankState::decode(s.encode().as_bytes()).unwrap(), s);
+    }
+    assert!(RankState::decode(b"rank=0\nwhere=lost\n").is_err());
+}
+
+/// A cycle is a deadlock only when a second look finds every member still in
+/// the same wait; a rank that moved on (another seq) breaks it.
+#[test]
+fn a_cycle_of_waits_is_a_deadlock_only_when_it_lasts() {
+    let first = Picture {
+        states: vec![waiting(0, 1, 1, 5000), waiting(1, 1, 0, 5000)],
+    };
+    assert_eq!(first.verdict(0, None), None);
+    let second = Picture {
+        states: vec![waiting(0, 1, 1, 6000), waiting(1, 1, 0, 6000)],
+    };
+    let why = second.verdict(0, Some(&first)).unwrap();
+    assert!(why.contains("rank 0 waits to receive from rank 1"), "{why}");
+    assert!(why.contains("rank 1 waits to receive from rank 0"), "{why}");
+    let moved = Picture {
+        states: vec![waiting(0, 1, 1, 6000), waiting(1, 2, 0, 600)],
+    };
+    assert_eq!(moved.verdict(0, Some(&first)), None);
+    // A rank waiting on a busy rank is no deadlock.
+    let busy = Picture {
+        states: vec![
+            waiting(0, 1, 1, 6000),
+            RankState {
+                rank: 1,
+                answer: 1,
+                last: None,
+                place: Where::Idle { for_ms: 6000 },
+            },
+        ],
+    };
+    assert_eq!(busy.verdict(0, Some(&busy)), None);
+}
+
+/// A learner's ring in which every rank receives before it sends (lab 6).
+struct ReceiveFirst;
+impl Plug for ReceiveFirst {
+    fn name(&self) -> &str {
+        "receive first"
+    }
+    fn all_reduce(
+        &self,
+        p: &mut TaggedTransport<'_>,
+        buf: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let (r, n) = (p.rank(), p.world());
+        let copy = buf.to_vec();
+        p.recv(
+            (r + n - 1) % n,
+            Sink::Reduce {
+                dst: buf,
+                dtype,
+                op,
+            },
+        )?;
+        p.send((r + 1) % n, &copy)
+    }
+    fn broadcast(&self, _: &mut TaggedTransport<'_>, _: &mut [u8], _: usize) -> Result<()> {
+        Ok(())
+    }
+}
+
+fn all_reduce(comm: &dyn Communicator, n: usize) -> Result<()> {
+    let mut x = vec![1.0f32; n];
+    comm.all_reduce(
+        Input::InPlace,
+        &mut BufferMut::from_slice(&mut x),
+        ReduceOp::Sum,
+    )
+}
+
+/// Lab 6 printed nothing for two minutes, then a timeout naming one wait.
+#[test]
+fn a_deadlocked_ring_is_named_within_seconds() {
+    let t0 = Instant::now();
+    let errors = with_ranks(2, TransportKind::Shm, Duration::from_secs(60), |_, comm| {
+        comm.plug(Some(Arc::new(ReceiveFirst)));
+        all_reduce(&comm, 4).unwrap_err().to_string()
+    })
+    .unwrap();
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(10), "took {took:?}: {errors:?}");
+    for e in &errors {
+        assert!(e.contains("rank 0 waits to receive from rank 1"), "{e}");
+        assert!(e.contains("rank 1 waits to receive from rank 0"), "{e}");
+    }
+    assert!(errors.iter().any(|e| e.contains("deadlock")), "{errors:?}");
+}
+
+/// Lab 7 with the all_reduce on rank 0 only: a 60 s timeout that never said
+/// the other rank was not in any collective.
+#[test]
+fn a_collective_on_one_rank_is_named() {
+    let t0 = Instant::now();
+    let results = with_ranks(
+        2,
+        TransportKind::Shm,
+        Duration::from_secs(60),
+        |rank, comm| {
+            if rank == 0 {
+                all_reduce(&comm, 1280).map_err(|e| e.to_string())
+            } else {
+                // Rank 1 skips the call and is done with its communicator.
+                drop(comm);
+                Ok(())
+            }
+        },
+    )
+    .unwrap();
+    let took = t0.elapsed();
+    let e = results[0].clone().unwrap_err();
+    assert!(took < Duration::from_secs(10), "took {took:?}: {e}");
+    assert!(e.contains("rank 1"), "{e}");
+    assert!(e.contains("not in any collective"), "{e}");
+    assert!(e.contains("rank 0 waits to receive from rank 1"), "{e}");
+    assert!(e.contains("all_reduce#1 (1280 × float, sum)"), "{e}");
+}
+
+/// Ranks that call different collectives fail in the agreement round, each
+/// naming both calls.
+#[test]
+fn mismatched_collectives_fail_in_the_first_exchange() {
+    for kind in [TransportKind::Shm, TransportKind::Tcp] {
+        let t0 = Instant::now();
+        let errors = with_ranks(2, kind, Duration::from_secs(60), |rank, comm| {
+            let mut x = vec![1.0f32; 1280];
+            let mut buf = BufferMut::from_slice(&mut x);
+            let r = if rank == 0 {
+                comm.all_reduce(Input::InPlace, &mut buf, ReduceOp::Avg)
+            } else {
+                comm.broadcast(Input::InPlace, &mut buf, 0)
+            };
+            r.unwrap_err().to_string()
+        })
+        .unwrap();
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{kind:?}: {errors:?}"
+        );
+        for e in &errors {
+            assert!(
+                e.contains("rank 0 is in all_reduce#1 (1280 × float, avg)")
+                    || e.contains("rank 0 is in broadcast#1")
+                    || e.contains("rank 1 is in all_reduce#1"),
+                "{kind:?}: {e}"
+            );
+            assert!(
+                e.contains("all_reduce#1 (1280 × float, avg)"),
+                "{kind:?}: {e}"
+            );
+            assert!(
+                e.contains("broadcast#1 (1280 × float, root 0)"),
+                "{kind:?}: {e}"
+            );
+        }
+    }
+}
+
+/// The history keeps the last calls with their fingerprints, oldest first.
+#[test]
+fn the_flight_record_keeps_the_last_calls() {
+    let records = with_ranks(2, TransportKind::Shm, Duration::from_secs(30), |_, comm| {
+        for _ in 0..40 {
+            all_reduce(&comm, 3).unwrap();
+        }
+        comm.barrier().unwrap();
+        comm.flight_record()
+    })
+    .unwrap();
+    for r in records {
+        assert_eq!(r.len(), super::HISTORY_LEN);
+        let last = r.last().unwrap();
+        assert_eq!(last.tag.describe(), "barrier#41");
+        assert_eq!(r[0].tag.describe(), "all_reduce#10 (3 × float, sum)");
+        assert!(r.iter().all(|e| e.ok && e.ended_ms >= e.started_ms));
+    }
+}
