@@ -33,8 +33,9 @@ pub struct Failure {
     /// The `hint: <key>` keys in the output, in order, without repeats.
     pub keys: Vec<String>,
     /// A fingerprint of the failure that ignores what changes from run to run
-    /// (timings, long numbers, temporary paths), so the same mistake checked twice
-    /// has the same signature.
+    /// (timings, long numbers such as thread ids, temporary paths, the order in
+    /// which parallel tests report), so the same mistake checked twice has the
+    /// same signature.
     pub signature: String,
 }
 
@@ -42,7 +43,7 @@ impl Failure {
     /// Reads a check's combined stdout and stderr.
     pub fn read(output: &str) -> Failure {
         let mut keys = Vec::new();
-        let mut normal = String::new();
+        let mut normal = Vec::new();
         for line in output.lines() {
             if let Some(key) = hint_key(line) {
                 if !keys.iter().any(|k| k == key) {
@@ -53,12 +54,15 @@ impl Failure {
             if line.starts_with("test result:") || line.contains("finished in") {
                 continue;
             }
-            normal.push_str(&normalise(line));
-            normal.push('\n');
+            normal.push(normalise(line));
         }
+        // libtest runs a check's tests in parallel and reports them in the order
+        // they finish, which changes from run to run: the lines, not their order,
+        // are the failure.
+        normal.sort_unstable();
         Failure {
             keys,
-            signature: fingerprint(normal.as_bytes()),
+            signature: fingerprint(normal.join("\n").as_bytes()),
         }
     }
 }
@@ -240,6 +244,17 @@ mod tests {
         assert_eq!(a.signature, b.signature);
         let step2 = Failure::read(&SUMMED.replace("step_1", "step_2"));
         assert_ne!(a.signature, step2.signature);
+        // Parallel tests report in the order they finish.
+        let both = |first: &str, second: &str| {
+            Failure::read(&format!(
+                "---- {first} stdout ----\nthread '{first}' (2311) panicked: {first} failed\n\
+                 ---- {second} stdout ----\nthread '{second}' (2312) panicked: {second} failed\n"
+            ))
+        };
+        assert_eq!(
+            both("step_1", "step_2").signature,
+            both("step_2", "step_1").signature
+        );
         assert_eq!(normalise("pid 12345 at 1.5e-3 rank 2"), "pid # at # rank 2");
         assert_eq!(normalise("x/.tmpAbC12/y"), "x/.tmp#/y");
     }

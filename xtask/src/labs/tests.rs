@@ -23,9 +23,11 @@ fn executables_are_read_from_cargos_json_messages() {
     );
 }
 
-/// A scratch workspace with two labs of no dependencies: lab 1's exercise does not
-/// compile, lab 2's passes its check.
-fn scratch_workspace() -> tempfile::TempDir {
+/// A scratch workspace of labs without dependencies, one per `(number, name,
+/// exercise body)`. Each lab's `answer()` is the exercise's, or 42 with the
+/// solution switch; its check wants 42 and names its TODO otherwise; its program
+/// writes a results file and two charts where the gate's quick run says.
+fn scratch_workspace(labs: &[(u32, &str, &str)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let write = |rel: &str, text: &str| {
@@ -33,20 +35,25 @@ fn scratch_workspace() -> tempfile::TempDir {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, text).unwrap();
     };
+    let members: Vec<String> = labs
+        .iter()
+        .map(|(n, name, _)| format!("\"labs/{n:02}-{name}\""))
+        .collect();
     write(
         "Cargo.toml",
-        "[workspace]\nmembers = [\"labs/01-broken\", \"labs/02-fine\"]\nresolver = \"2\"\n",
+        &format!(
+            "[workspace]\nmembers = [{}]\nresolver = \"2\"\n",
+            members.join(", ")
+        ),
     );
     let mut info = String::new();
-    for (n, name, body) in [
-        (1, "broken", "pub fn answer() -> u32 { \"not a number\" }"),
-        (2, "fine", "pub fn answer() -> u32 { 42 }"),
-    ] {
+    for (n, name, body) in labs {
         info += &format!(
             "[[lab]]\nnumber = {n}\nname = \"{name}\"\ntitle = \"t\"\ngoal = \"g\"\n\
              minutes = 1\ndone = \"d\"\nhints = [\"Why?\", \"How?\", \"Which call?\"]\n\n"
         );
         let dir = format!("labs/{n:02}-{name}");
+        let krate = format!("lab{n:02}_{name}");
         write(
             &format!("{dir}/Cargo.toml"),
             &format!(
@@ -54,13 +61,30 @@ fn scratch_workspace() -> tempfile::TempDir {
                  [[test]]\nname = \"check\"\ntest = false\n"
             ),
         );
-        write(&format!("{dir}/src/lib.rs"), "pub mod exercise;\n");
+        write(
+            &format!("{dir}/src/lib.rs"),
+            &format!(
+                "pub mod exercise;\npub fn answer() -> u32 {{\n    \
+                 if std::env::var(\"{SOLUTION_ENV}\").as_deref() == Ok(\"1\") {{ 42 }} \
+                 else {{ exercise::answer() }}\n}}\n"
+            ),
+        );
         write(&format!("{dir}/src/exercise.rs"), &format!("{body}\n"));
-        write(&format!("{dir}/src/main.rs"), "fn main() {}\n");
+        write(
+            &format!("{dir}/src/main.rs"),
+            &format!(
+                "fn main() {{\n    assert_eq!({krate}::answer(), 42);\n    \
+                 let dir = std::path::PathBuf::from(std::env::var_os(\"{}\").unwrap());\n    \
+                 for f in [\"results.json\", \"chart.svg\", \"chart.png\"] {{\n        \
+                 std::fs::write(dir.join(f), \"x\").unwrap();\n    }}\n}}\n",
+                measure::RESULTS_DIR_ENV
+            ),
+        );
         write(
             &format!("{dir}/tests/check.rs"),
             &format!(
-                "#[test]\nfn answers() {{ assert_eq!(lab{n:02}_{name}::exercise::answer(), 42); }}\n"
+                "#[test]\nfn answers() {{ assert_eq!({krate}::answer(), 42, \
+                 \"TODO(lab {n:02}): answer is not written yet\"); }}\n"
             ),
         );
     }
@@ -68,9 +92,13 @@ fn scratch_workspace() -> tempfile::TempDir {
     dir
 }
 
+const DOES_NOT_COMPILE: &str = "pub fn answer() -> u32 { \"not a number\" }";
+const STARTER: &str = "pub fn answer() -> u32 { 0 }";
+const SOLVED: &str = "pub fn answer() -> u32 { 42 }";
+
 #[test]
 fn a_lab_that_does_not_compile_blocks_no_other_labs_check() {
-    let dir = scratch_workspace();
+    let dir = scratch_workspace(&[(1, "broken", DOES_NOT_COMPILE), (2, "fine", SOLVED)]);
     let root = dir.path();
     let labs = info::load(root).unwrap();
     let (broken, fine) = (&labs[0], &labs[1]);
@@ -128,7 +156,7 @@ fn list_columns_line_up_whatever_the_title_length() {
 
 #[test]
 fn the_same_failure_checked_twice_spends_one_step_of_the_ladder() {
-    let dir = scratch_workspace();
+    let dir = scratch_workspace(&[(1, "todo", STARTER)]);
     let root = dir.path();
     let labs = info::load(root).unwrap();
     let lab = &labs[0];
@@ -144,4 +172,15 @@ fn the_same_failure_checked_twice_spends_one_step_of_the_ladder() {
     let mut progress = Progress::load(root);
     hint_for_failure(lab, &mut progress, "rank 1 disagrees with rank 0\n").unwrap();
     assert_eq!(Progress::load(root).get(&lab.short()).hints_shown, 2);
+}
+
+#[test]
+fn the_gate_builds_every_lab_in_one_call_and_judges_starter_solution_and_quick_run() {
+    let dir = scratch_workspace(&[(1, "first", STARTER), (2, "second", STARTER)]);
+    gate(dir.path()).unwrap();
+    // A starter that already passes is caught.
+    let dir = scratch_workspace(&[(1, "first", STARTER), (2, "second", SOLVED)]);
+    let e = gate(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("lab 2: the starter passes its check"), "{e}");
+    assert!(!e.contains("lab 1"), "{e}");
 }
