@@ -152,14 +152,18 @@ fn handles(ps: &[(String, Tensor)]) -> Vec<(String, Tensor)> {
         .collect()
 }
 
-/// `n` parameters of `each` random weights, named in order.
+/// `n` parameters of `each` random weights, named in order, drawn from seed 7
+/// under the process's one generator lock (other tests in this binary start
+/// thread ranks from seeded draws, which an unlocked draw here would disturb).
 fn many(n: usize, each: i64) -> Vec<(String, Tensor)> {
-    (0..n)
-        .map(|i| {
-            let p = Tensor::randn([each], tch::kind::FLOAT_CPU).set_requires_grad(true);
-            (format!("p{i:04}"), p)
-        })
-        .collect()
+    crate::seed::seeded(7, || {
+        (0..n)
+            .map(|i| {
+                let p = Tensor::randn([each], tch::kind::FLOAT_CPU).set_requires_grad(true);
+                (format!("p{i:04}"), p)
+            })
+            .collect()
+    })
 }
 
 /// Σ p² over all of them: each gradient is 2p.
@@ -211,10 +215,10 @@ fn step_ops_do_not_grow_with_the_parameter_count() {
 #[test]
 fn cnn_step_is_seven_ops() {
     let vs = VarStore::new(Device::Cpu);
-    let model = crate::models::cnn().build(&vs.root());
+    let model = crate::seed::seeded(1, || crate::models::cnn().build(&vs.root()));
     let mut opt = Sgd::new(&vs, SgdConfig::new(0.01).momentum(0.9)).unwrap();
     assert_eq!(opt.params().len(), 8);
-    let x = Tensor::randn([2, 1, 28, 28], tch::kind::FLOAT_CPU);
+    let x = crate::seed::seeded(2, || Tensor::randn([2, 1, 28, 28], tch::kind::FLOAT_CPU));
     let y = Tensor::from_slice(&[1i64, 2]);
     let mut counts = Vec::new();
     for _ in 0..2 {
@@ -318,7 +322,6 @@ fn buffers_set_for_some_parameters_start_the_others_at_the_next_step() {
 #[test]
 fn steps_are_bit_for_bit_deterministic() {
     let run = || {
-        tch::manual_seed(7);
         let params = many(6, 5);
         let mut opt = Sgd::with_params(
             handles(&params),
@@ -356,7 +359,9 @@ fn step_time_against_parameter_count() {
         let each = (40_000 / n) as i64;
         let params: Vec<(String, Tensor)> = (0..n)
             .map(|i| {
-                let p = Tensor::randn([each], tch::kind::FLOAT_CPU).set_requires_grad(true);
+                let p = crate::seed::seeded(i as i64, || {
+                    Tensor::randn([each], tch::kind::FLOAT_CPU).set_requires_grad(true)
+                });
                 (format!("p{i:04}"), p)
             })
             .collect();
