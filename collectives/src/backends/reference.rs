@@ -8,6 +8,15 @@
 //! other rank's tagged messages, so a mismatch still reaches every rank and the
 //! caller's output is untouched.
 //!
+//! The tag is the call's fingerprint: a mismatch is reported by the receiving
+//! transport as both ranks' calls side by side ("rank 0 is in all_reduce#9
+//! (1280 × float, avg), rank 1 is in broadcast#9 (1280 × float, root 0)";
+//! see [`crate::transport::Frame::expect`]), so the desync check costs no
+//! more than the headers every message already carries.
+//!
+//! Every call is also recorded by the flight recorder ([`crate::flight`]),
+//! which the transport tells about waits that last.
+//!
 //! After any error the transport is aborted (peers waiting on us fail promptly
 //! with the reason) and the communicator refuses further calls.
 
