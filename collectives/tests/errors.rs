@@ -94,7 +94,7 @@ fn mismatched_dtypes_fail_on_every_rank() {
         for (rank, r) in results.iter().enumerate() {
             let msg = format!("{:?}", r.as_ref().err());
             assert!(
-                msg.contains("dtype=double") || msg.contains("disagree"),
+                msg.contains("64 × double") || msg.contains("disagree"),
                 "rank {rank}: {msg}"
             );
         }
