@@ -182,12 +182,11 @@ impl ReferenceComm {
             );
         }
         if let (Some(f), Some(started_ms)) = (&self.flight, started) {
-            let ended_ms = f.end(collective, seq, res.is_ok());
+            f.end(collective, seq, res.is_ok(), started_ms);
             if let Some(tag) = g.fingerprint.take() {
                 g.history.push(Entry {
                     tag,
                     started_ms,
-                    ended_ms,
                     ok: res.is_ok(),
                 });
             }
@@ -607,11 +606,10 @@ impl ReferenceComm {
                 );
             }
             if let (Some(f), Some(started_ms)) = (&self.flight, started) {
-                let ended_ms = f.end(Collective::SendRecv, seq, res.is_ok());
+                f.end(Collective::SendRecv, seq, res.is_ok(), started_ms);
                 g.history.push(Entry {
                     tag: t,
                     started_ms,
-                    ended_ms,
                     ok: res.is_ok(),
                 });
             }
