@@ -19,7 +19,9 @@ use collectives::{Backend, Collective, DType, ReduceOp};
 use crate::label;
 use crate::progress;
 use crate::torch_peer::{self, PeerSweep, cuda_present};
-use collectives::job::{SizeArgs, parse_size};
+use collectives::job::{LoadArgs, SizeArgs, parse_size};
+use collectives::launch::Load;
+use collectives::rendezvous::env::{Launcher, RankInfo};
 use measure::manifest;
 use measure::{Record, ResultsWriter};
 
@@ -41,6 +43,8 @@ pub struct BenchArgs {
     pub collective: Vec<String>,
     #[command(flatten)]
     pub sizes: SizeArgs,
+    #[command(flatten)]
+    pub load: LoadArgs,
     /// Add this many bytes each step instead of multiplying (when > 0).
     #[arg(short = 'i', long = "stepbytes", default_value = "0", value_parser = parse_size)]
     pub step: usize,
@@ -263,10 +267,24 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         args.step,
     )?;
     let timeout = args.connect.timeout()?;
+    // The process that starts the ranks (or is the only one) runs the load,
+    // for the whole job, peer included; its ranks see the flag but start none.
+    let _load = if RankInfo::launched_from_env()? {
+        None
+    } else {
+        Some(Load::start(args.load.load)?)
+    };
     let rdv = match job::start_rank(args.spawn.nproc, timeout)? {
         Err(code) => return Ok(code),
         Ok(r) => r,
     };
+    if args.load.load > 0 && !matches!(rdv.info.launcher, Launcher::Ringside | Launcher::Single) {
+        bail!(
+            "--load starts busy loops beside ranks that `ringside bench --nproc N` starts itself; \
+             under {} start them yourself (e.g. `sh -c 'while :; do :; done' &` per loop)",
+            rdv.info.launcher.name()
+        );
+    }
     let (me, world) = (rdv.info.rank, rdv.info.world_size);
     let largest = collectives
         .iter()
@@ -326,6 +344,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         args.sizes.warmup,
         args.sizes.iters
     ));
+    say(&format!("# {}", Load::describe(args.load.load)));
     say(&format!(
         "# time = median over iterations of the {} rank's time (-a {}); min/max over iterations; busbw = algbw x nccl-tests' factor",
         match args.combine {
@@ -337,6 +356,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     ));
     let mut wrong = 0i64;
     let mut ran_any = false;
+    // Ours, kept for the side-by-side table against the peer.
+    let mut ours: Vec<Record> = Vec::new();
     for label in &labels {
         let comm = match label.connect(
             &rdv,
@@ -388,7 +409,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                         wrong += m.wrong.unwrap_or(0) as i64;
                         bus.push(m.busbw_gbps());
                         sides[k] = Some(Side::of(&m));
-                        results.push(m.to_record(&label.name, label.backend.name(), algo))?;
+                        let record = m.to_record(&label.name, label.backend.name(), algo);
+                        if args.peer.is_some() {
+                            ours.push(record.clone());
+                        }
+                        results.push(record)?;
                         first.get_or_insert(m);
                     }
                 }
@@ -441,6 +466,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         let records = torch_peer::run(&sweep, &rdv, 1, timeout)?;
         if lead {
             wrong += print_peer(&records, &args);
+            print!(
+                "{}",
+                side_by_side(&ours, &records, &Load::describe(args.load.load))
+            );
             for r in records {
                 results.push(r)?;
             }
@@ -475,6 +504,63 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     }
     rdv.close(timeout)?;
     Ok(if total[0] == 0 && ran_any { 0 } else { 1 })
+}
+
+/// One table per (our label, collective): each size's median time beside the
+/// peer's and their ratio (ours / peer: below 1 means ringside is faster).
+/// Sides are matched by form (in place or not); torch has only one form of
+/// several collectives, so only that form is compared there.
+fn side_by_side(ours: &[Record], peer: &[Record], load: &str) -> String {
+    let mut out = String::new();
+    let mut keys: Vec<(&str, String)> = Vec::new();
+    for r in ours {
+        let k = (r.label.as_str(), r.collective.key().to_string());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    for (label, collective) in keys {
+        let mut rows = String::new();
+        let mut ratios = Vec::new();
+        for r in ours
+            .iter()
+            .filter(|r| r.label == label && r.collective.key() == collective)
+        {
+            let Some(p) = peer.iter().find(|p| {
+                p.collective == r.collective && p.bytes == r.bytes && p.in_place == r.in_place
+            }) else {
+                continue;
+            };
+            let ratio = r.median_us / p.median_us;
+            ratios.push(ratio);
+            rows.push_str(&format!(
+                "{:>12} {:>9} {:>12.2} {:>12.2} {:>8.2}\n",
+                r.bytes,
+                if r.in_place { "in-place" } else { "out" },
+                r.median_us,
+                p.median_us,
+                ratio
+            ));
+        }
+        if ratios.is_empty() {
+            continue;
+        }
+        let peer_label = &peer[0].label;
+        let worst = ratios.iter().copied().fold(f64::NAN, f64::max);
+        out.push_str(&format!(
+            "#\n# {label} vs {peer_label} {collective}: median time per size, ratio = {label} / {peer_label} (< 1: {label} faster)\n# {load}\n"
+        ));
+        out.push_str(&format!(
+            "#{:>11} {:>9} {:>12} {:>12} {:>8}\n",
+            "size (B)", "form", label, peer_label, "ratio"
+        ));
+        out.push_str(&rows);
+        out.push_str(&format!(
+            "# worst ratio {worst:.2} over {} sizes\n",
+            ratios.len()
+        ));
+    }
+    out
 }
 
 /// Prints the torch peer's records as tables; returns their wrong count.

@@ -118,6 +118,17 @@ pub struct SizeArgs<const ITERS: usize = 20> {
     pub warmup: usize,
 }
 
+/// `--load N`: busy loops beside a benchmark (`ringside bench`, `peers`), to
+/// measure on "a laptop busy with other work" on purpose ([`crate::launch::Load`]).
+#[derive(Clone, Debug, clap::Args)]
+pub struct LoadArgs {
+    /// Run N CPU-bound busy loops (nice 0, each in a session of its own, like
+    /// programs started elsewhere) beside the measurement, for as long as it
+    /// runs, peers included: the "busy laptop" case, reproducibly.
+    #[arg(long, default_value_t = 0)]
+    pub load: usize,
+}
+
 /// Parses `8`, `4K`, `1M`, `64MiB`, `1G` into bytes (powers of 1024, as
 /// nccl-tests; the one size syntax is `measure::size::parse_size`).
 pub fn parse_size(s: &str) -> Result<usize, String> {

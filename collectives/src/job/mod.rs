@@ -34,7 +34,9 @@ use crate::transport::TransportKind;
 use crate::{Backend, Communicator};
 
 #[cfg(feature = "clap")]
-pub use flags::{ConnectArgs, JobArgs, Joined, SizeArgs, SpawnArgs, TimeoutArgs, parse_size};
+pub use flags::{
+    ConnectArgs, JobArgs, Joined, LoadArgs, SizeArgs, SpawnArgs, TimeoutArgs, parse_size,
+};
 
 /// Either this process launched the ranks (and they have finished), or it is one.
 pub enum Start {

@@ -10,8 +10,10 @@
 //! the report says who failed and how, with its last stderr lines.
 //!
 //! Nothing outlives the launcher:
-//! - each rank runs in its own process group, and signals go to the whole
-//!   group, so a rank's own children (`sh -c 'sleep 60'`) stop with it;
+//! - each rank runs in its own session and process group (as torchrun's do:
+//!   the scheduler then shares the CPU with a rank as with a program of its
+//!   own, see [`supervised`]), and signals go to the whole group, so a rank's
+//!   own children (`sh -c 'sleep 60'`) stop with it;
 //!   when a rank exits, whatever it left running in its group is killed;
 //! - each rank gets `PR_SET_PDEATHSIG(SIGKILL)`, so if the launcher itself is
 //!   killed the ranks die too (their children can then survive: only a
@@ -20,8 +22,8 @@
 //!   launcher stops every rank the same way and the report's exit code is
 //!   128 + the signal (130 for Ctrl-C).
 //!
-//! Ranks get `/dev/null` as stdin: being in their own process groups, a
-//! rank reading the terminal would be stopped by the shell's job control.
+//! Ranks get `/dev/null` as stdin: in sessions of their own they have no
+//! terminal to read.
 //!
 //! Multi-node: run the launcher once per node with the same `nnodes`,
 //! `master_addr`, `master_port` and **the same token** on every node (pass
@@ -46,6 +48,7 @@ mod group;
 mod hang_table;
 mod init;
 mod interrupt;
+mod load;
 mod output;
 mod port;
 mod report;
@@ -54,6 +57,7 @@ pub use exit::{Exit, Stopped, signal_name};
 pub use group::{Group, supervised};
 pub use init::{Role, init};
 pub use interrupt::install_interrupt_handler;
+pub use load::Load;
 pub use output::TAIL_LINES;
 pub use port::free_port;
 pub use report::{LaunchReport, RankOutcome};
