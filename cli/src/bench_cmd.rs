@@ -344,7 +344,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         args.sizes.warmup,
         args.sizes.iters
     ));
+    say(&format!("# machine: {}", manifest::machine_line()));
     say(&format!("# {}", Load::describe(args.load.load)));
+    if args.load.load == 0
+        && let Some(w) = manifest::load_warning()
+    {
+        say(&format!("# warning: {w}"));
+    }
     say(&format!(
         "# time = median over iterations of the {} rank's time (-a {}); min/max over iterations; busbw = algbw x nccl-tests' factor",
         match args.combine {

@@ -79,6 +79,10 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
             println!("{s}");
         }
     };
+    say(format!("machine: {}", manifest::machine_line()));
+    if let Some(w) = manifest::load_warning() {
+        say(format!("warning: {w}"));
+    }
     say(format!(
         "ringside tour: every backend on {} ranks (launched by {})\n",
         rdv.info.world_size, rdv.info.launcher
