@@ -75,6 +75,9 @@ pub enum Metric {
     Busbw,
     /// Median latency: lower is better, ratio = ours / theirs.
     Latency,
+    /// What a wrapper adds to the library it calls: lower is better, the
+    /// "ratio" is ours − theirs in µs (a ratio hides +0.4 µs on 0.6).
+    OverheadUs,
 }
 
 /// Which message sizes a target is judged at.
@@ -119,7 +122,7 @@ const MIB: u64 = 1 << 20;
 const KIB4: u64 = 4 << 10;
 
 /// The targets: shared memory against OpenMPI, TCP against Gloo's ring.
-pub const TARGETS: [Target; 4] = [
+pub const TARGETS: [Target; 5] = [
     Target {
         name: "shm/mpi bw",
         ours: Impl::RingsideShm,
@@ -156,6 +159,15 @@ pub const TARGETS: [Target; 4] = [
         sizes: SizeRule::AtMost(KIB4),
         world: 2,
     },
+    Target {
+        name: "mpi +us",
+        ours: Impl::RingsideMpi,
+        theirs: Impl::Mpi,
+        metric: Metric::OverheadUs,
+        bound: 0.1,
+        sizes: SizeRule::AtMost(256),
+        world: 2,
+    },
 ];
 
 impl Target {
@@ -169,6 +181,7 @@ impl Target {
         match self.metric {
             Metric::Busbw => ours.computed_busbw() / theirs.computed_busbw(),
             Metric::Latency => ours.median_us / theirs.median_us,
+            Metric::OverheadUs => ours.median_us - theirs.median_us,
         }
     }
 
@@ -176,7 +189,7 @@ impl Target {
     pub fn passes(&self, ratio: f64) -> bool {
         match self.metric {
             Metric::Busbw => ratio >= self.bound,
-            Metric::Latency => ratio <= self.bound,
+            Metric::Latency | Metric::OverheadUs => ratio <= self.bound,
         }
     }
 
@@ -185,6 +198,16 @@ impl Target {
         let (what, cmp) = match self.metric {
             Metric::Busbw => ("busbw", ">="),
             Metric::Latency => ("median latency", "<="),
+            Metric::OverheadUs => {
+                let at = match self.sizes {
+                    SizeRule::AtLeast(b) => format!(">= {}", format_size(b)),
+                    SizeRule::AtMost(b) => format!("<= {}", format_size(b)),
+                };
+                return format!(
+                    "{} median latency - {} median latency <= +{} us at {at}, world {}",
+                    self.ours, self.theirs, self.bound, self.world
+                );
+            }
         };
         let at = match self.sizes {
             SizeRule::AtLeast(b) => format!(">= {}", format_size(b)),
@@ -372,7 +395,7 @@ pub fn ratio_table(cells: &[Ratio], sizes: &[u64]) -> String {
     for t in &targets {
         let cmp = match t.metric {
             Metric::Busbw => ">=",
-            Metric::Latency => "<=",
+            Metric::Latency | Metric::OverheadUs => "<=",
         };
         let _ = write!(out, "  {:>14}", format!("{cmp} {}", t.bound));
     }
@@ -594,5 +617,21 @@ mod tests {
             TARGETS[0].describe(),
             "ringside-shm busbw / mpi busbw >= 1 at >= 1 MiB, world 2"
         );
+    }
+
+    /// The MPI wrapper's cost grew from +0.1 to +0.5 µs per call while a
+    /// ratio (1.05–1.29 µs / 0.6–0.8 µs) read as "within 2×": it is judged
+    /// as a difference in µs.
+    #[test]
+    fn mpi_watchdog_cost_is_judged_in_microseconds_not_as_a_ratio() {
+        let t = TARGETS.iter().find(|t| t.name == "mpi +us").unwrap();
+        let ours = rec(Impl::RingsideMpi, 2, 64, 1.05);
+        let theirs = rec(Impl::Mpi, 2, 64, 0.6);
+        let v = t.ratio(&ours, &theirs);
+        assert!((v - 0.45).abs() < 1e-9, "{v}");
+        assert!(!t.passes(v));
+        assert!(t.passes(t.ratio(&rec(Impl::RingsideMpi, 2, 64, 0.68), &theirs)));
+        assert!(t.applies(2, 256) && !t.applies(2, 512));
+        assert!(t.describe().contains("<= +0.1 us"), "{}", t.describe());
     }
 }
