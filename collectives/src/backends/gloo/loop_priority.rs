@@ -16,6 +16,13 @@
 //! of a core and slow every message; at 5 it keeps a third of a busy core's
 //! share.
 //!
+//! Under load from other programs (busy loops started from the same terminal,
+//! a build) the 4 ms stalls had another cause, fixed elsewhere: ranks shared the
+//! launcher's session and so its autogroup; each rank now leads a session of
+//! its own (`launch/group.rs`). With that, loops at 5 and at 0 measured the same
+//! under two busy loops (85–126 µs at 16 B–64 KiB, three runs each), so the
+//! idle measurement above still decides.
+//!
 //! Gloo does not hand out its threads, but a new thread inherits its
 //! creator's nice value: Gloo's devices are made on a short-lived thread
 //! that runs nicer ([`connect_nicer`]), so exactly the threads Gloo starts
