@@ -91,6 +91,69 @@ pub fn pick(lab_results: &Path) -> Picked {
     picked
 }
 
+/// Every committed reference run's caption (`book/reference/labNN/run.md`)
+/// names what a reader needs to reproduce or discount it: the command that
+/// regenerates it (in backticks), the CPU (vendor or model), the core count
+/// and the date. Numbers that do not carry their machine read as universal.
+pub fn references_carry_their_machine(root: &Path, labs: &[Lab]) -> Result<()> {
+    let mut missing = Vec::new();
+    for lab in labs {
+        let path = root.join("book/reference").join(lab.short()).join("run.md");
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let lacks = caption_lacks(&text);
+        if !lacks.is_empty() {
+            missing.push(format!("{}: no {}", path.display(), lacks.join(", no ")));
+        }
+    }
+    anyhow::ensure!(
+        missing.is_empty(),
+        "reference runs that do not say where and how they ran:\n  {}",
+        missing.join("\n  ")
+    );
+    Ok(())
+}
+
+/// What a reference caption lacks of command, CPU, cores and date.
+fn caption_lacks(text: &str) -> Vec<&'static str> {
+    let mut lacks = Vec::new();
+    let command = text.split('`').skip(1).step_by(2).any(|c| {
+        ["cargo ", "mpirun ", "ringside ", "target/"]
+            .iter()
+            .any(|p| c.starts_with(p))
+    });
+    if !command {
+        lacks.push("command in backticks");
+    }
+    if ![
+        "Intel", "AMD", "EPYC", "Xeon", "Ryzen", "Core i", "ARM", "Graviton",
+    ]
+    .iter()
+    .any(|v| text.contains(v))
+    {
+        lacks.push("CPU");
+    }
+    let cores = text
+        .split(|c: char| c.is_whitespace() || c == '(' || c == ',')
+        .any(|w| {
+            w.strip_suffix("-core")
+                .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+        })
+        || text.contains(" cores");
+    if !cores {
+        lacks.push("core count");
+    }
+    let date = text.as_bytes().windows(10).any(|w| {
+        w.iter().enumerate().all(|(i, b)| match i {
+            4 | 7 => *b == b'-',
+            _ => b.is_ascii_digit(),
+        })
+    });
+    if !date {
+        lacks.push("date (YYYY-MM-DD)");
+    }
+    lacks
+}
+
 /// A run's folder and manifest, or `None` when its results file is not JSON.
 fn read_run(dir: &Path) -> Option<Run> {
     let text = std::fs::read_to_string(dir.join("results.json")).ok()?;
@@ -382,6 +445,22 @@ mod tests {
         );
         assert!(
             staged(root, "run.md").contains("beside the committed reference run of the solution")
+        );
+    }
+
+    /// The README's benchmark table said "on the 2-core development VM" and
+    /// no run reproduced it: a caption without its machine fails.
+    #[test]
+    fn readme_figures_named_no_cpu_date_or_command() {
+        let full = "`cargo lab 5 --solution`, on an idle 2-core Intel Xeon VM, 2026-11-23: ...";
+        assert!(caption_lacks(full).is_empty(), "{:?}", caption_lacks(full));
+        assert_eq!(
+            caption_lacks("on the 2-core development VM: 25.5 GB/s"),
+            vec!["command in backticks", "CPU", "date (YYYY-MM-DD)"]
+        );
+        assert_eq!(
+            caption_lacks("`cargo lab 1` on an AMD EPYC, 2026-11-23"),
+            vec!["core count"]
         );
     }
 }

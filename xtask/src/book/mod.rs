@@ -63,6 +63,7 @@ pub fn check(root: &Path) -> Result<()> {
     includes::check(root)?;
     site::chapters_for_every_lab(root, &labs)?;
     solutions::folded(root, &labs)?;
+    figures::references_carry_their_machine(root, &labs)?;
     let mdbook = mdbook::ensure(root)?;
     let out = tempfile::tempdir()?;
     let built = Command::new(&mdbook)
