@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ddp_torch.py: PyTorch DistributedDataParallel (gloo, CPU) on the same job as
+"""ddp_torch.py: PyTorch DistributedDataParallel (gloo on the CPU, nccl on a GPU), or plain eager PyTorch, on the same job as
 `ringside-train`, for a like-for-like throughput and accuracy comparison.
 
 Same model (the CNN of trainers/src/models.rs: Conv(1->32,3) ReLU MaxPool2
@@ -12,10 +12,18 @@ per rank, and the same timing rule as ringside-train: the sum over steps after
 the first `--warmup` of (fetch batch .. optimizer step), samples of all ranks.
 Test accuracy is over the whole test set, evaluated on rank 0.
 
+On a GPU (`--device cuda`, as `ringside-train --backend nccl`) each rank uses
+GPU LOCAL_RANK (mod the GPU count), the data set is held on the GPU, DDP uses
+nccl, and each timed step ends with torch.cuda.synchronize() so that its time is
+the GPU's work, not the launch's. `--mode eager` trains the plain model with no
+DDP wrapper and no process group (one rank only): what PyTorch itself costs.
+
 Run plainly it spawns `--nproc` ranks (torch.multiprocessing); under torchrun it
 joins (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Rank 0 prints one JSON line:
 
     .ringside/venv/bin/python benches/ddp_torch.py --nproc 2 --steps 200
+    python benches/ddp_torch.py --device cuda --batch 512 --steps 300
+    python benches/ddp_torch.py --device cuda --mode eager --steps 300
 """
 
 import argparse
@@ -83,24 +91,49 @@ class Cnn(nn.Module):
         return self.fc2(F.relu(self.fc1(x)))
 
 
+def device_of(args, rank):
+    """The rank's device: the CPU, or GPU LOCAL_RANK (else the rank) mod the GPU count."""
+    if args.device == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise SystemExit("ddp_torch.py: --device cuda needs a CUDA GPU; torch.cuda.is_available() is False")
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    return torch.device("cuda", local % torch.cuda.device_count())
+
+
 def worker(rank, world, args):
     torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    device = device_of(args, rank)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.set_device(device)
+    backend = args.backend or ("nccl" if cuda else "gloo")
+    ddp = args.mode == "ddp"
+    if ddp:
+        dist.init_process_group(backend, rank=rank, world_size=world)
     torch.manual_seed(args.seed)
-    train_x, train_y = load(args.data, "train")
-    test_x, test_y = load(args.data, "test")
-    model = DDP(Cnn(args.init), bucket_cap_mb=args.bucket_cap_mb)
+    train_x, train_y = (t.to(device) for t in load(args.data, "train"))
+    test_x, test_y = (t.to(device) for t in load(args.data, "test"))
+    net = Cnn(args.init).to(device)
+    model = DDP(net, bucket_cap_mb=args.bucket_cap_mb) if ddp else net
     lr = args.lr if args.lr is not None else 0.01 * world
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=args.momentum)
     sampler = DistributedSampler(range(len(train_y)), num_replicas=world, rank=rank, seed=args.seed)
     step, timed_s, timed_steps = 0, 0.0, 0
     global_batch = args.batch * world
+
+    def sync():
+        # CUDA kernels run asynchronously: a step's time ends when the GPU is done.
+        if cuda:
+            torch.cuda.synchronize(device)
+
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
-        indices = torch.tensor(list(iter(sampler)), dtype=torch.long)
+        indices = torch.tensor(list(iter(sampler)), dtype=torch.long, device=device)
         for b in range(0, len(indices), args.batch):
             if step >= args.steps:
                 break
+            sync()
             t0 = time.perf_counter()
             idx = indices[b : b + args.batch]
             x, y = train_x.index_select(0, idx), train_y.index_select(0, idx)
@@ -108,6 +141,7 @@ def worker(rank, world, args):
             loss = F.cross_entropy(model(x), y)
             loss.backward()
             opt.step()
+            sync()
             dt = time.perf_counter() - t0
             step += 1
             if step > args.warmup:
@@ -121,16 +155,20 @@ def worker(rank, world, args):
         with torch.no_grad():
             correct = 0
             for b in range(0, len(test_y), 1000):
-                logits = model.module(test_x[b : b + 1000])
+                logits = net(test_x[b : b + 1000])
                 correct += (logits.argmax(-1) == test_y[b : b + 1000]).sum().item()
         acc = correct / len(test_y)
-    dist.barrier()
+    if ddp:
+        dist.barrier()
     if rank == 0:
         print(
             json.dumps(
                 {
                     "impl": "torch",
-                    "backend": "gloo",
+                    "mode": args.mode,
+                    "device": str(device),
+                    "gpu": torch.cuda.get_device_name(device) if cuda else None,
+                    "backend": backend if ddp else None,
                     "model": "cnn",
                     "world_size": world,
                     "batch_per_rank": args.batch,
@@ -145,7 +183,8 @@ def worker(rank, world, args):
             ),
             flush=True,
         )
-    dist.destroy_process_group()
+    if ddp:
+        dist.destroy_process_group()
 
 
 def free_port():
@@ -173,7 +212,22 @@ def main():
         default="tch",
         help="initialise like tch (as ringside-train does) or with PyTorch's defaults",
     )
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to train")
+    p.add_argument(
+        "--backend",
+        choices=["gloo", "nccl"],
+        default=None,
+        help="DDP's process group [gloo on the CPU, nccl on a GPU]",
+    )
+    p.add_argument(
+        "--mode",
+        choices=["ddp", "eager"],
+        default="ddp",
+        help="DDP, or the plain model with no DDP and no process group (one rank)",
+    )
     args = p.parse_args()
+    if args.mode == "eager" and (args.nproc != 1 or int(os.environ.get("WORLD_SIZE", "1")) != 1):
+        p.error("--mode eager trains one process: leave --nproc at 1 (and run it without torchrun)")
     if "RANK" in os.environ:
         worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
         return

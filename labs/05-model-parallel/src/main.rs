@@ -66,10 +66,13 @@ struct Measured {
     wall: f64,
     /// Each stage's busy time.
     busy: Vec<f64>,
-    /// Each stage's busy time in the forward passes, and in the backward passes.
-    forward: Vec<f64>,
-    backward: Vec<f64>,
     bubble: f64,
+    /// What each pass and hand-over cost, over all timed steps (see [`Costs`]).
+    costs: Costs,
+    /// GPipe's step modelled from each timed step's own costs ([`predict`]), the
+    /// median bubble and wall time: from a naive run, GPipe as predicted from the
+    /// stages' costs alone; from a GPipe run, as they ran overlapped.
+    model: Option<Prediction>,
     /// The step whose bubble was the median, for its timeline.
     typical: StepReport,
     /// The loss of every step, warm-up included.
@@ -89,38 +92,33 @@ struct Live {
 impl Live {
     /// The medians over the timed steps, and the test accuracy reached.
     fn finish(mut self, kind: Kind, m: usize, test: &Dataset) -> anyhow::Result<Measured> {
+        let costs = Costs::of(&self.reports);
+        let stages = self.pipe.len();
+        let model = self
+            .reports
+            .iter()
+            .map(|r| predict(&Costs::of(std::slice::from_ref(r)), stages, m))
+            .collect::<anyhow::Result<Vec<_>>>()
+            .ok()
+            .map(|p| Prediction {
+                wall: median(p.iter().map(|p| p.wall).collect()),
+                bubble: median(p.iter().map(|p| p.bubble).collect()),
+            });
         self.reports
             .sort_by(|a, b| a.bubble().total_cmp(&b.bubble()));
         let typical = self.reports.swap_remove(self.reports.len() / 2);
-        let per_stage = |phase: Option<Phase>| -> Vec<f64> {
-            (0..self.pipe.len())
-                .map(|s| {
-                    median(
-                        self.reports
-                            .iter()
-                            .map(|r| {
-                                ms_of(match phase {
-                                    Some(p) => r.busy_in(p)[s],
-                                    None => r.busy()[s],
-                                })
-                            })
-                            .collect(),
-                    )
-                })
-                .collect()
-        };
-        let busy = per_stage(None);
-        let forward = per_stage(Some(Phase::Forward));
-        let backward = per_stage(Some(Phase::Backward));
+        let busy = (0..self.pipe.len())
+            .map(|s| median(self.reports.iter().map(|r| ms_of(r.busy()[s])).collect()))
+            .collect();
         Ok(Measured {
             kind,
             m,
             step: median(self.times),
             wall: median(self.reports.iter().map(|r| ms_of(r.wall)).collect()),
             busy,
-            forward,
-            backward,
             bubble: typical.bubble(),
+            costs,
+            model,
             typical,
             losses: self.losses,
             accuracy: accuracy(&self.pipe, test)?,
@@ -324,21 +322,117 @@ fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// GPipe's predicted wall time at `m` micro-batches for stages whose forward passes
-/// take `forward` ms each over the `m` micro-batches and backward passes `backward`
-/// ms: in each phase the first micro-batch crosses every stage and each further one
-/// adds the slowest stage's share, `(Σ t_s + (M−1) · max t_s) / M` per phase. With
-/// equal stages it gives `(S-1)/(M+S-1)` as the bubble.
-fn predicted_wall(forward: &[f64], backward: &[f64], m: usize) -> f64 {
-    let phase = |t: &[f64]| {
-        let sum: f64 = t.iter().sum();
-        let max = t.iter().copied().fold(0.0, f64::max);
-        (sum + (m as f64 - 1.0) * max) / m as f64
-    };
-    phase(forward) + phase(backward)
+/// What one pass and the moments between passes cost, as steps measured them (means,
+/// in ms): the inputs of the model that predicts GPipe's bubble ([`predict`]). Means,
+/// not medians: a step's wall time is a sum of these, and on a busy machine the rare
+/// pass or hand-over that loses its core for a while is part of the sum.
+#[derive(Debug, Clone)]
+struct Costs {
+    /// `pass[s][0][m]`: stage `s`'s forward of micro-batch `m`; `pass[s][1][m]` its
+    /// backward. Per micro-batch, not the phase's total over M: a stage's time is not
+    /// proportional to its micro-batch's size (a fixed cost per pass; vector units
+    /// and, on a GPU, streaming processors less full at small sizes).
+    pass: Vec<[Vec<f64>; 2]>,
+    /// From a pass's end to the start of the neighbour's pass that waited for it (the
+    /// message, the thread wake-up, the copy to the neighbour's device).
+    handover: f64,
+    /// Between two passes of one stage whose input was already there.
+    between: f64,
+    /// From the step's start to stage 0's first pass (the stage threads start).
+    start: f64,
 }
 
-/// GPipe's passes at one M, predicted from the naive schedule's run at the same M.
+impl Costs {
+    /// The costs in `reports` (all of one setting).
+    fn of(reports: &[StepReport]) -> Costs {
+        let Some(first) = reports.first() else {
+            return Costs {
+                pass: Vec::new(),
+                handover: 0.0,
+                between: 0.0,
+                start: 0.0,
+            };
+        };
+        let (stages, m_count) = (first.stages, first.micro_batches);
+        let find = |r: &StepReport, s: usize, m: usize, p: Phase| {
+            r.spans
+                .iter()
+                .find(|x| x.stage == s && x.micro_batch == m && x.phase == p)
+                .cloned()
+        };
+        let pass = (0..stages)
+            .map(|s| {
+                [Phase::Forward, Phase::Backward].map(|p| {
+                    (0..m_count)
+                        .map(|m| {
+                            mean(
+                                reports
+                                    .iter()
+                                    .filter_map(|r| find(r, s, m, p))
+                                    .map(|x| ms_of(x.end.saturating_sub(x.start)))
+                                    .collect(),
+                            )
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        let (mut handover, mut between, mut start) = (Vec::new(), Vec::new(), Vec::new());
+        for r in reports {
+            for s in 0..stages {
+                let own: Vec<&pipeline::Span> = r
+                    .spans
+                    .iter()
+                    .filter(|x| x.stage == s && x.phase != Phase::Update)
+                    .collect();
+                if s == 0 {
+                    if let Some(x) = own.first() {
+                        start.push(ms_of(x.start));
+                    }
+                }
+                for (i, x) in own.iter().enumerate() {
+                    // Where this pass's input came from: a neighbour's pass, or none
+                    // (stage 0's forward, the last stage's backward after its forward).
+                    let from = match x.phase {
+                        Phase::Forward if s > 0 => find(r, s - 1, x.micro_batch, Phase::Forward),
+                        Phase::Backward if s + 1 < stages => {
+                            find(r, s + 1, x.micro_batch, Phase::Backward)
+                        }
+                        _ => None,
+                    };
+                    let prev_end = i.checked_sub(1).map(|j| own[j].end);
+                    match (from, prev_end) {
+                        // The stage waited for its neighbour: a hand-over.
+                        (Some(f), p) if p.is_none_or(|p| p <= f.end) => {
+                            handover.push(ms_of(x.start.saturating_sub(f.end)));
+                        }
+                        // The input was there when the stage came free.
+                        (_, Some(p)) => between.push(ms_of(x.start.saturating_sub(p))),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Costs {
+            pass,
+            handover: mean(handover),
+            between: mean(between),
+            start: mean(start),
+        }
+    }
+
+    /// Each stage's total forward and backward time over the micro-batches.
+    fn phase_totals(&self) -> (Vec<f64>, Vec<f64>) {
+        let sum = |s: &[Vec<f64>; 2], p: usize| s[p].iter().sum::<f64>();
+        (
+            self.pass.iter().map(|s| sum(s, 0)).collect(),
+            self.pass.iter().map(|s| sum(s, 1)).collect(),
+        )
+    }
+}
+
+/// GPipe's passes at one M, predicted.
+#[derive(Debug, Clone, Copy)]
 struct Prediction {
     /// The wall time of the passes (ms).
     wall: f64,
@@ -346,44 +440,62 @@ struct Prediction {
     bubble: f64,
 }
 
-/// The prediction for GPipe at `naive.m` micro-batches from the naive run at the same
-/// M. There the stages run the same micro-batches (the same size, so the same cost
-/// per pass) one at a time, so its busy times are each stage's own time at this
-/// micro-batch size, with nothing overlapping. Times measured at M = 1 and divided by
-/// M would not do: a stage's time is not proportional to its micro-batch's size (a
-/// fixed cost per pass, vector units and, on a GPU, streaming processors less full),
-/// which on a GPU put the "floor" above the measurement. Besides the passes, the
-/// naive run's wall holds the hand-overs (a message and a thread wake-up) at each of
-/// its `2 · (S−1) · M` boundary crossings; GPipe's critical path pays those of its
-/// first micro-batch in each phase, `2 · (S−1)`, the others overlap with compute.
-fn predict(naive: &Measured, stages: usize) -> Prediction {
-    predict_with(naive, naive, stages)
-}
-
-/// [`predict`] with the stages' times taken from `times` (GPipe's own run at the same
-/// M: the stages' times as they overlapped, sharing the cores) and the hand-overs
-/// from `naive`.
-fn predict_with(times: &Measured, naive: &Measured, stages: usize) -> Prediction {
-    let naive_busy: f64 = naive.busy.iter().sum();
-    let crossings = (2 * (stages - 1) * naive.m) as f64;
-    let handover = if crossings > 0.0 {
-        ((naive.wall - naive_busy) / crossings).max(0.0)
-    } else {
-        0.0
+/// GPipe's step at `m` micro-batches replayed with `costs`
+/// ([`pipeline::simulate_timed`]): each pass starts when its stage is free and its
+/// input has arrived, so the schedule's own dependencies, the stages' unequal and
+/// per-micro-batch times, the hand-overs and the threads' start decide the wall time
+/// and the bubble. With equal stages and free hand-overs this is `(S-1)/(M+S-1)`.
+fn predict(costs: &Costs, stages: usize, m: usize) -> anyhow::Result<Prediction> {
+    let time = |t: f64| Duration::from_secs_f64(t.max(0.0) / 1e3);
+    let pass = |s: usize, a: pipeline::Action| {
+        let (p, mb) = match a {
+            pipeline::Action::Forward(mb) => (0, mb),
+            pipeline::Action::Backward(mb) => (1, mb),
+        };
+        time(
+            costs
+                .pass
+                .get(s)
+                .and_then(|x| x[p].get(mb))
+                .copied()
+                .unwrap_or(0.0),
+        )
     };
-    let busy: f64 = times.busy.iter().sum();
-    let wall = predicted_wall(&times.forward, &times.backward, times.m)
-        + (2 * (stages - 1)) as f64 * handover;
-    Prediction {
-        wall,
-        bubble: 1.0 - busy / (stages as f64 * wall),
-    }
+    let timing = pipeline::Timing {
+        pass: &pass,
+        handover: time(costs.handover),
+        between: time(costs.between),
+        start: time(costs.start),
+    };
+    let r = pipeline::simulate_timed(&GPipe, stages, m, &timing)?;
+    Ok(Prediction {
+        wall: ms_of(r.wall),
+        bubble: r.bubble(),
+    })
 }
 
-/// The naive run at `m`, which [`predict`] needs (every M has one: both schedules run
-/// at every M).
-fn naive_at(runs: &[Measured], m: usize) -> Option<&Measured> {
-    runs.iter().find(|r| r.kind == Kind::Naive && r.m == m)
+/// GPipe's run at one M beside what the model predicted for it.
+struct Modelled<'a> {
+    /// GPipe's run.
+    gpipe: &'a Measured,
+    /// The naive run at the same M, whose stages ran one at a time.
+    naive: &'a Measured,
+    /// From the costs of the stages alone: the naive run's.
+    alone: Prediction,
+    /// From the costs as GPipe's stages ran overlapped: its own.
+    overlapped: Prediction,
+}
+
+/// GPipe at `m` against the model, with both sets of costs (every M has both runs).
+fn model_at(runs: &[Measured], m: usize) -> Option<Modelled<'_>> {
+    let at = |kind| runs.iter().find(|r| r.kind == kind && r.m == m);
+    let (gpipe, naive) = (at(Kind::GPipe)?, at(Kind::Naive)?);
+    Some(Modelled {
+        gpipe,
+        naive,
+        alone: naive.model?,
+        overlapped: gpipe.model?,
+    })
 }
 
 fn draw(
@@ -400,10 +512,10 @@ fn draw(
             .collect()
     };
     let theory = |f: &dyn Fn(usize) -> f64| ms.iter().map(|&m| [m as f64, f(m)]).collect();
-    // Predicted from the naive run at each M (see `predict`), where there is one.
-    let predicted = |f: &dyn Fn(&Measured, Prediction) -> f64| -> Vec<[f64; 2]> {
+    // The model at each M (see `predict`), where both schedules ran.
+    let predicted = |f: &dyn Fn(&Modelled<'_>) -> f64| -> Vec<[f64; 2]> {
         ms.iter()
-            .filter_map(|&m| naive_at(runs, m).map(|n| [m as f64, f(n, predict(n, stages))]))
+            .filter_map(|&m| model_at(runs, m).map(|p| [m as f64, f(&p)]))
             .collect()
     };
     let place = if devices.iter().any(|d| d.is_cuda()) {
@@ -434,8 +546,12 @@ fn draw(
         theory(&|m| 100.0 * theoretical_bubble(stages, m)),
     ))
     .with(FigureSeries::theory(
-        "GPipe, predicted from the stages' times at each M",
-        predicted(&|_, p| 100.0 * p.bubble),
+        "GPipe, model: its schedule replayed with its measured pass and hand-over times",
+        predicted(&|p| 100.0 * p.overlapped.bubble),
+    ))
+    .with(FigureSeries::theory(
+        "GPipe, model with the stages' times alone (naive run, no contention)",
+        predicted(&|p| 100.0 * p.alone.bubble),
     ));
     let step = Figure::lines(
         "step-time",
@@ -456,10 +572,10 @@ fn draw(
         theory(&|_| unsplit.step),
     ))
     .with(FigureSeries::theory(
-        "GPipe, predicted from the naive stage times at each M",
-        // The step's fixed cost beyond the passes (threads, split, optimizer) as the
-        // naive run at that M paid it.
-        predicted(&|n, p| p.wall + n.step - n.wall),
+        "GPipe, model with the stages' times alone (naive run at each M)",
+        // The step's fixed cost beyond the passes (split, optimizer) as the naive run
+        // at that M paid it.
+        predicted(&|p| p.alone.wall + p.naive.step - p.naive.wall),
     ));
     Ok(vec![bubble, step])
 }
@@ -510,42 +626,45 @@ fn explain(
             .collect::<Vec<_>>()
             .join(" + ")
     };
-    // The model: GPipe at each M predicted from each stage's times at that M, as the
-    // stages ran alone (the naive run) and as they ran overlapped (GPipe's own).
+    // The model: GPipe's schedule replayed at each M with each stage's per-micro-batch
+    // pass times and the hand-overs, as the stages ran overlapped (GPipe's own run)
+    // and as they ran alone (the naive run at the same M).
     println!(
-        "\nGPipe's bubble against the model (see `predict`: each stage's forward and \
-         backward time at that M's micro-batch size, overlapped phase by phase as GPipe \
-         overlaps them, plus the first micro-batch's hand-overs), with the stages' times \
-         as they ran alone (the naive run at the same M) and as they ran overlapped \
-         (GPipe's own):\n    M   measured   alone (error)    overlapped (error)   passes: measured / overlapped ms"
+        "\nGPipe's bubble against the model (`predict`: GPipe's schedule replayed pass by \
+         pass, each stage's forward and backward of each micro-batch at that M's size, \
+         the hand-over between stages, the gap between a stage's passes and the threads' \
+         start), with the costs as GPipe's stages ran overlapped and as they ran alone \
+         (the naive run at the same M):\n    M   measured   overlapped (error)   alone (error)   \
+         hand-over  between  start (ms)   passes: measured / model ms"
     );
     let mut worst: f64 = 0.0;
     let mut worst_alone: f64 = 0.0;
-    for g in of(Kind::GPipe) {
-        let Some(n) = naive_at(runs, g.m) else {
-            continue;
-        };
-        let (alone, overlapped) = (predict(n, stages), predict_with(g, n, stages));
-        let err = |p: &Prediction| p.bubble / g.bubble - 1.0;
-        worst = worst.max(err(&overlapped).abs());
-        worst_alone = worst_alone.max(err(&alone).abs());
+    for p in ms_of_runs(runs).filter_map(|m| model_at(runs, m)) {
+        let g = p.gpipe;
+        let err = |q: &Prediction| q.bubble / g.bubble - 1.0;
+        worst = worst.max(err(&p.overlapped).abs());
+        worst_alone = worst_alone.max(err(&p.alone).abs());
         println!(
-            "  {:>3}   {:>7.1}%   {:>5.1}% ({:>+4.0}%)   {:>5.1}% ({:>+4.0}%)        {:.1} / {:.1}",
+            "  {:>3}   {:>7.1}%   {:>5.1}% ({:>+4.0}%)       {:>5.1}% ({:>+4.0}%)    \
+             {:>5.2}     {:>5.2}   {:>5.2}        {:.1} / {:.1}",
             g.m,
             pct(g.bubble),
-            pct(alone.bubble),
-            pct(err(&alone)),
-            pct(overlapped.bubble),
-            pct(err(&overlapped)),
+            pct(p.overlapped.bubble),
+            pct(err(&p.overlapped)),
+            pct(p.alone.bubble),
+            pct(err(&p.alone)),
+            g.costs.handover,
+            g.costs.between,
+            g.costs.start,
             g.wall,
-            overlapped.wall
+            p.overlapped.wall
         );
     }
-    let Some(naive_max) = naive_at(runs, max_m) else {
+    let Some(naive_max) = runs.iter().find(|r| r.kind == Kind::Naive && r.m == max_m) else {
         return;
     };
     // How much longer the same passes computed when GPipe overlapped the stages than
-    // when the naive schedule ran them one at a time: the model takes the latter.
+    // when the naive schedule ran them one at a time: the model alone leaves it out.
     let sum: f64 = naive_max.busy.iter().sum();
     let growth = gpipe_max.busy.iter().sum::<f64>() / sum - 1.0;
     let shared = if devices.iter().any(|d| d.is_cuda()) {
@@ -556,27 +675,26 @@ fn explain(
             std::thread::available_parallelism().map_or(1, |n| n.get())
         )
     };
-    let overlap = format!(
-        "overlapped, the stages computed {:+.0}% longer than one at a time at M = {max_m} \
-         (two stages computing at once share caches, memory bandwidth and {shared} with \
-         everything else running)",
-        pct(growth)
-    );
     let verdict = if worst <= 0.15 {
         format!("within {:.0}% of the measurement at every M", pct(worst))
     } else {
         format!("off by up to {:.0}%", pct(worst))
     };
     println!(
-        "With the stages' overlapped times the model is {verdict} (target 15%); with \
-         their times alone, off by up to {:.0}%: {overlap}.",
-        pct(worst_alone)
+        "With the costs as GPipe's stages ran, the model is {verdict} (target 15%). With \
+         the stages' costs alone it is off by up to {:.0}%: overlapped, the stages computed \
+         {:+.0}% longer than one at a time at M = {max_m} (two stages computing at once \
+         share caches, memory bandwidth and {shared} with everything else running).",
+        pct(worst_alone),
+        pct(growth)
     );
     // The bubble GPipe keeps as M → ∞ with these per-micro-batch times: each phase
     // lasts as long as its slowest stage.
+    let (f_max, b_max) = naive_max.costs.phase_totals();
+    let (f_1, b_1) = naive1.costs.phase_totals();
     let slowest = |t: &[f64]| t.iter().copied().fold(0.0, f64::max);
-    let floor =
-        1.0 - sum / (stages as f64 * (slowest(&naive_max.forward) + slowest(&naive_max.backward)));
+    let work: f64 = f_max.iter().chain(&b_max).sum();
+    let floor = 1.0 - work / (stages as f64 * (slowest(&f_max) + slowest(&b_max)));
     println!(
         "Why not on (S-1)/(M+S-1): per stage, the forward passes took {} ms and the \
          backward passes {} ms at M = {max_m} (at M = 1: {} and {}; not 1/M of the work \
@@ -584,10 +702,10 @@ fn explain(
          the phases one after the other, so each phase lasts as long as its slowest \
          stage: with these unequal stages each idles {:.0}% even as M → ∞. Besides, every \
          micro-batch costs each boundary two messages and two thread wake-ups.",
-        list(&naive_max.forward),
-        list(&naive_max.backward),
-        list(&naive1.forward),
-        list(&naive1.backward),
+        list(&f_max),
+        list(&b_max),
+        list(&f_1),
+        list(&b_1),
         pct(floor),
     );
     let verdict = if fastest.step < 0.95 * naive1.step.min(unsplit.step) {
@@ -620,6 +738,11 @@ fn explain(
     );
 }
 
+/// The micro-batch counts GPipe ran, in order.
+fn ms_of_runs(runs: &[Measured]) -> impl Iterator<Item = usize> + '_ {
+    runs.iter().filter(|r| r.kind == Kind::GPipe).map(|r| r.m)
+}
+
 /// Test accuracy of the pipeline's current parameters, 500 images at a time.
 fn accuracy(pipe: &Pipeline, test: &Dataset) -> anyhow::Result<f64> {
     let n = test.len();
@@ -643,7 +766,53 @@ fn ms_of(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// The mean, 0 for none.
+fn mean(v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trainers::pipeline::{Action, Timing, simulate_timed};
+
+    /// The model reads its costs back out of a step and replays them: a step replayed
+    /// with known, unequal costs (per stage, per phase, per micro-batch, hand-overs,
+    /// gaps, a late start) gives back those costs, and [`predict`] from them gives back
+    /// the step's wall time and bubble.
+    #[test]
+    fn costs_read_from_a_step_predict_that_step() {
+        let ms = |t: f64| Duration::from_secs_f64(t / 1e3);
+        let pass = |s: usize, a: Action| match (s, a) {
+            (0, Action::Forward(m)) => ms(3.0 + 0.5 * m as f64),
+            (0, Action::Backward(_)) => ms(2.0),
+            (_, Action::Forward(_)) => ms(2.0),
+            (_, Action::Backward(m)) => ms(4.0 - 0.25 * m as f64),
+        };
+        let timing = Timing {
+            pass: &pass,
+            handover: ms(0.4),
+            between: ms(0.1),
+            start: ms(1.0),
+        };
+        for m in [1, 2, 4, 8] {
+            let step = simulate_timed(&GPipe, 2, m, &timing).unwrap();
+            let costs = Costs::of(std::slice::from_ref(&step));
+            assert!((costs.handover - 0.4).abs() < 1e-6, "M={m}: {costs:?}");
+            assert!((costs.start - 1.0).abs() < 1e-6, "M={m}: {costs:?}");
+            assert!((costs.pass[0][0][m - 1] - (3.0 + 0.5 * (m - 1) as f64)).abs() < 1e-6);
+            let p = predict(&costs, 2, m).unwrap();
+            assert!((p.wall - ms_of(step.wall)).abs() < 1e-3, "M={m}");
+            assert!((p.bubble - step.bubble()).abs() < 1e-6, "M={m}");
+        }
+    }
 }

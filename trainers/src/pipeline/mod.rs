@@ -46,7 +46,7 @@ mod schedule;
 mod stage;
 
 pub use report::{Phase, Span, StepReport};
-pub use schedule::{Action, GPipe, Naive, Schedule, plan, simulate};
+pub use schedule::{Action, GPipe, Naive, Schedule, Timing, plan, simulate, simulate_timed};
 
 use std::time::{Duration, Instant};
 

@@ -164,6 +164,36 @@ pub fn simulate(
     replay(schedule.name(), &lists, micro_batches, forward, backward)
 }
 
+/// What each piece of a step costs, measured, for [`simulate_timed`]: unequal stages,
+/// a time per action, and the costs between the passes that [`simulate`] leaves out.
+pub struct Timing<'a> {
+    /// How long stage `s` computes `action` (a forward or backward pass).
+    pub pass: &'a dyn Fn(usize, Action) -> Duration,
+    /// From the end of a pass to the start of the neighbour's pass that waits for its
+    /// output: the message, the receiving thread's wake-up and the copy to its device.
+    pub handover: Duration,
+    /// Between two passes of one stage whose input is already there (taking it from
+    /// the inbox, sending the previous output on).
+    pub between: Duration,
+    /// From the start of the step to each stage's first pass (the stage threads start).
+    pub start: Duration,
+}
+
+/// One step of `schedule` replayed with measured costs: each action starts when its
+/// stage is free (plus [`Timing::between`]) and its input has arrived (plus
+/// [`Timing::handover`] when a neighbour sent it), and lasts [`Timing::pass`]. The
+/// schedule's own dependency structure decides the wall time, so unequal stages and
+/// per-micro-batch costs give the bubble they really give, not `(S-1)/(M+S-1)`.
+pub fn simulate_timed(
+    schedule: &dyn Schedule,
+    stages: usize,
+    micro_batches: usize,
+    timing: &Timing<'_>,
+) -> Result<StepReport> {
+    let lists = plan(schedule, stages, micro_batches)?;
+    replay_timed(schedule.name(), &lists, micro_batches, timing)
+}
+
 /// Checks that `actions` holds `Forward(m)` and `Backward(m)` exactly once for each
 /// `m < micro_batches`, each backward after its forward.
 fn complete(name: &str, stage: usize, micro_batches: usize, actions: &[Action]) -> Result<()> {
@@ -220,9 +250,29 @@ fn replay(
     forward: Duration,
     backward: Duration,
 ) -> Result<StepReport> {
+    let pass = |_: usize, a: Action| match a {
+        Action::Forward(_) => forward,
+        Action::Backward(_) => backward,
+    };
+    let timing = Timing {
+        pass: &pass,
+        handover: Duration::ZERO,
+        between: Duration::ZERO,
+        start: Duration::ZERO,
+    };
+    replay_timed(name, lists, micro_batches, &timing)
+}
+
+/// [`replay`] with every cost of [`Timing`].
+fn replay_timed(
+    name: &str,
+    lists: &[Vec<Action>],
+    micro_batches: usize,
+    timing: &Timing<'_>,
+) -> Result<StepReport> {
     let stages = lists.len();
     let mut next = vec![0; stages];
-    let mut free = vec![Duration::ZERO; stages];
+    let mut free = vec![timing.start; stages];
     // When stage s finished micro-batch m's forward / backward.
     let mut forward_end = vec![vec![None; micro_batches]; stages];
     let mut backward_end = vec![vec![None; micro_batches]; stages];
@@ -231,19 +281,31 @@ fn replay(
         let mut moved = false;
         for s in 0..stages {
             while let Some(&action) = lists[s].get(next[s]) {
-                let (ready, m, phase, cost) = match action {
-                    Action::Forward(m) if s == 0 => {
-                        (Some(Duration::ZERO), m, Phase::Forward, forward)
-                    }
-                    Action::Forward(m) => (forward_end[s - 1][m], m, Phase::Forward, forward),
+                // When the input is there; a neighbour's output also crosses over.
+                let (ready, m, phase) = match action {
+                    Action::Forward(m) if s == 0 => (Some(Duration::ZERO), m, Phase::Forward),
+                    Action::Forward(m) => (
+                        forward_end[s - 1][m].map(|t| t + timing.handover),
+                        m,
+                        Phase::Forward,
+                    ),
                     Action::Backward(m) if s + 1 == stages => {
-                        (forward_end[s][m], m, Phase::Backward, backward)
+                        (forward_end[s][m], m, Phase::Backward)
                     }
-                    Action::Backward(m) => (backward_end[s + 1][m], m, Phase::Backward, backward),
+                    Action::Backward(m) => (
+                        backward_end[s + 1][m].map(|t| t + timing.handover),
+                        m,
+                        Phase::Backward,
+                    ),
                 };
                 let Some(ready) = ready else { break };
-                let start = free[s].max(ready);
-                let end = start + cost;
+                let free_at = if next[s] == 0 {
+                    free[s]
+                } else {
+                    free[s] + timing.between
+                };
+                let start = free_at.max(ready);
+                let end = start + (timing.pass)(s, action);
                 match phase {
                     Phase::Forward => forward_end[s][m] = Some(end),
                     _ => backward_end[s][m] = Some(end),
@@ -362,6 +424,50 @@ mod tests {
         assert_eq!(
             chart,
             "stage 0 |000111........bbbbbaaaaa|\nstage 1 |...000111bbbbbaaaaa.....|\n"
+        );
+    }
+
+    /// Measured costs replayed by hand: stage 0 forward 1 ms, backward 2; stage 1
+    /// forward 3, backward 4; 1 ms per hand-over. GPipe at M = 2: stage 1 runs F0
+    /// 2–5, F1 5–8, B1 8–12, B0 12–16; stage 0 runs B1 13–15 and B0 17–19. A gap of
+    /// 1 ms between a stage's passes makes it 22; a start 1 ms late shifts all by 1.
+    #[test]
+    fn timed_replay_follows_the_dependencies_of_unequal_stages() {
+        let ms = Duration::from_millis;
+        let pass = |s: usize, a: Action| match (s, a) {
+            (0, Action::Forward(_)) => ms(1),
+            (0, Action::Backward(_)) => ms(2),
+            (_, Action::Forward(_)) => ms(3),
+            (_, Action::Backward(_)) => ms(4),
+        };
+        let timing = |between, start| Timing {
+            pass: &pass,
+            handover: ms(1),
+            between: ms(between),
+            start: ms(start),
+        };
+        let r = simulate_timed(&GPipe, 2, 2, &timing(0, 0)).unwrap();
+        assert_eq!(r.wall, ms(19));
+        let at = |r: &StepReport, stage, m, phase| {
+            let s = r
+                .spans
+                .iter()
+                .find(|s| (s.stage, s.micro_batch, s.phase) == (stage, m, phase))
+                .unwrap();
+            (s.start, s.end)
+        };
+        assert_eq!(at(&r, 1, 1, Phase::Forward), (ms(5), ms(8)));
+        assert_eq!(at(&r, 0, 1, Phase::Backward), (ms(13), ms(15)));
+        assert_eq!(at(&r, 0, 0, Phase::Backward), (ms(17), ms(19)));
+        // Busy 2·(1+2) + 2·(3+4) = 20 ms of 2 · 19.
+        assert!((r.bubble() - (1.0 - 20.0 / 38.0)).abs() < 1e-9);
+        assert_eq!(
+            simulate_timed(&GPipe, 2, 2, &timing(1, 0)).unwrap().wall,
+            ms(22)
+        );
+        assert_eq!(
+            simulate_timed(&GPipe, 2, 2, &timing(0, 1)).unwrap().wall,
+            ms(20)
         );
     }
 
