@@ -173,6 +173,10 @@ impl ConnectArgs {
         opts.algo = self.algo;
         opts.timeout = self.timeout()?;
         opts.flight.notice = self.wait.notice()?;
+        // The idle limit follows the notice unless it was set apart.
+        if std::env::var_os("RINGSIDE_IDLE_LIMIT").is_none() {
+            opts.flight.idle_limit = opts.flight.notice;
+        }
         opts.prefix = prefix.to_owned();
         connect_with(rdv, backend, &opts)
     }

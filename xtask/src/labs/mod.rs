@@ -35,6 +35,28 @@ use std::process::{Command, ExitStatus, Output, Stdio};
 /// the reference solution instead of the learner's exercise. Read by `labkit`.
 pub const SOLUTION_ENV: &str = "RINGSIDE_LAB_SOLUTION";
 
+/// What a lab's program and self-check get for `RINGSIDE_TIMEOUT` and
+/// `RINGSIDE_NOTICE` unless the learner set them: a learner's hang is named
+/// after 5 s of waiting and ends within 30 s, not after the library's
+/// minutes-long defaults (issue 25: lab 6 printed nothing for two minutes).
+pub const LAB_ENV_DEFAULTS: [(&str, &str); 2] =
+    [("RINGSIDE_TIMEOUT", "30"), ("RINGSIDE_NOTICE", "5")];
+
+/// Sets [`LAB_ENV_DEFAULTS`] on `cmd`, leaving alone what `set` (the
+/// learner's environment) already has.
+fn lab_env(cmd: &mut Command, set: impl Fn(&str) -> bool) {
+    for (k, v) in LAB_ENV_DEFAULTS {
+        if !set(k) {
+            cmd.env(k, v);
+        }
+    }
+}
+
+/// Whether the learner's environment sets `k`.
+fn env_set(k: &str) -> bool {
+    std::env::var_os(k).is_some()
+}
+
 /// `cargo lab ...`.
 #[derive(Args)]
 #[command(
@@ -356,6 +378,7 @@ fn run_lab(root: &Path, lab: &Lab, solution: bool, args: &[String]) -> Result<Ex
     let exe = find_artifact(&built, root, lab, &lab.package())?;
     let mut cmd = Command::new(exe);
     cmd.current_dir(root).args(args);
+    lab_env(&mut cmd, env_set);
     if solution {
         cmd.env(SOLUTION_ENV, "1");
     } else {
@@ -371,6 +394,7 @@ fn self_check(check_exe: &Path, root: &Path, solution: bool) -> Result<Output> {
     cmd.current_dir(root)
         .arg("--color=never")
         .env("RUST_BACKTRACE", "0");
+    lab_env(&mut cmd, env_set);
     if solution {
         cmd.env(SOLUTION_ENV, "1");
     } else {
@@ -642,6 +666,7 @@ fn quick_run(program: &Path, root: &Path) -> Result<()> {
         .arg("--quick")
         .env(SOLUTION_ENV, "1")
         .env(measure::RESULTS_DIR_ENV, results.path());
+    lab_env(&mut cmd, env_set);
     let out = cmd.output()?;
     if !out.status.success() {
         bail!(

@@ -184,3 +184,27 @@ fn the_gate_builds_every_lab_in_one_call_and_judges_starter_solution_and_quick_r
     assert!(e.contains("lab 2: the starter passes its check"), "{e}");
     assert!(!e.contains("lab 1"), "{e}");
 }
+
+/// Lab 6 printed nothing for two minutes: a lab's run and check get a 30 s
+/// timeout and a 5 s notice, unless the learner chose their own.
+#[test]
+fn labs_run_with_a_short_timeout_unless_the_learner_set_one() {
+    let envs = |set: &dyn Fn(&str) -> bool| {
+        let mut cmd = Command::new("true");
+        lab_env(&mut cmd, set);
+        cmd.get_envs()
+            .map(|(k, v)| {
+                (
+                    k.to_string_lossy().into_owned(),
+                    v.map(|v| v.to_string_lossy().into_owned()),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let none = envs(&|_| false);
+    assert!(none.contains(&("RINGSIDE_TIMEOUT".into(), Some("30".into()))));
+    assert!(none.contains(&("RINGSIDE_NOTICE".into(), Some("5".into()))));
+    let learner = envs(&|k| k == "RINGSIDE_TIMEOUT");
+    assert!(learner.iter().all(|(k, _)| k != "RINGSIDE_TIMEOUT"));
+    assert!(learner.contains(&("RINGSIDE_NOTICE".into(), Some("5".into()))));
+}
