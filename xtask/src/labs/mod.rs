@@ -8,7 +8,9 @@
 //!   ([`hints`] has the protocol by which a check names a mistake);
 //! * `cargo lab hint N`: the hint ladder (concept, approach, near-code), one step
 //!   more each time;
-//! * `cargo lab reset N`: restore the starter exercise, after asking, keeping a backup.
+//! * `cargo lab reset N`: restore the starter exercise, after asking, keeping a backup;
+//! * `cargo lab N --cleanup`: remove the network namespaces, bridges and veths that
+//!   an interrupted run of a lab with simulated hosts (8, 11) left behind.
 //!
 //! A lab builds alone (`-p labNN-name`, release), with one cargo call that makes
 //! both its self-check and its program, so `cargo lab check N` and `cargo lab N`
@@ -61,7 +63,7 @@ fn env_set(k: &str) -> bool {
 #[derive(Args)]
 #[command(
     args_conflicts_with_subcommands = true,
-    override_usage = "cargo lab [--solution] [NUMBER] [-- <ARGS>...]\n       cargo lab <COMMAND>"
+    override_usage = "cargo lab [--solution] [NUMBER] [-- <ARGS>...]\n       cargo lab NUMBER --cleanup\n       cargo lab <COMMAND>"
 )]
 pub struct LabArgs {
     #[command(subcommand)]
@@ -71,6 +73,10 @@ pub struct LabArgs {
     /// Run the reference solution instead of your exercise.
     #[arg(long)]
     solution: bool,
+    /// Remove what an interrupted run (Ctrl-C, kill -9) of a lab with simulated
+    /// hosts (8, 11) left behind: network namespaces, bridges, veths. Needs root.
+    #[arg(long, requires = "number", conflicts_with = "solution")]
+    cleanup: bool,
     /// Arguments for the lab's program (after `--`), e.g. `-- --nproc 2 --quick`.
     #[arg(last = true)]
     args: Vec<String>,
@@ -120,6 +126,10 @@ pub fn run(root: &Path, args: LabArgs) -> Result<()> {
         (Some(LabCommand::Reset { number, yes }), _) => {
             reset(root, info::find(&labs, number)?, yes)
         }
+        (None, Some(number)) if args.cleanup => {
+            info::find(&labs, number)?;
+            cleanup(number)
+        }
         (None, Some(number)) => {
             let lab = info::find(&labs, number)?;
             let status = run_lab(root, lab, args.solution, &args.args)?;
@@ -132,6 +142,35 @@ pub fn run(root: &Path, args: LabArgs) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `cargo lab N --cleanup`: removes the simulated hosts of runs that are gone
+/// (a run that ends normally removes its own; the next run removes a killed
+/// one's, and says so).
+fn cleanup(number: u32) -> Result<()> {
+    let found = labhosts::stale_names();
+    if found.is_empty() {
+        println!(
+            "lab {number}: nothing left behind (no network namespace, bridge or veth of a \
+             run that is gone)"
+        );
+        return Ok(());
+    }
+    let removed = labhosts::remove_stale();
+    let still = labhosts::stale_names();
+    if !still.is_empty() {
+        bail!(
+            "lab {number}: could not remove {} (removing network namespaces needs root: \
+             `sudo -E cargo lab {number} --cleanup`)",
+            still.join(", ")
+        );
+    }
+    println!(
+        "lab {number}: removed what an interrupted run left behind: {} (their veths went \
+         with them)",
+        removed.join(", ")
+    );
+    Ok(())
 }
 
 /// What `cargo lab list` says about a lab.

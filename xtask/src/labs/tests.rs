@@ -208,3 +208,19 @@ fn labs_run_with_a_short_timeout_unless_the_learner_set_one() {
     assert!(learner.iter().all(|(k, _)| k != "RINGSIDE_TIMEOUT"));
     assert!(learner.contains(&("RINGSIDE_NOTICE".into(), Some("5".into()))));
 }
+
+/// After `kill -9` of lab 8 its namespaces, bridge and veths stayed until the
+/// next run: `cargo lab 8 --cleanup` removes them (and needs a lab number).
+#[test]
+fn cleanup_is_a_flag_of_a_numbered_lab() {
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        lab: LabArgs,
+    }
+    use clap::Parser as _;
+    let a = Cli::try_parse_from(["lab", "8", "--cleanup"]).unwrap().lab;
+    assert!(a.cleanup && a.number == Some(8) && !a.solution);
+    assert!(Cli::try_parse_from(["lab", "--cleanup"]).is_err());
+    assert!(Cli::try_parse_from(["lab", "8", "--cleanup", "--solution"]).is_err());
+}
