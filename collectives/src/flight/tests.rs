@@ -324,3 +324,89 @@ fn a_rank_elsewhere_is_a_disagreement_only_past_the_idle_limit() {
     };
     assert_eq!(same.disagreement(0, 0), None);
 }
+
+/// The flight recorder's cost on the reference backend: all_reduce (f32,
+/// sum) at 4 B–64 MiB between two thread ranks over shared memory, with the
+/// recorder on and off in alternating rounds; rank 0's time per call, the
+/// median over rounds. The desync check is in every message's header either
+/// way (it has no switch). A measurement, not a check:
+/// `cargo test -p collectives --release --no-default-features --lib
+/// flight_recorder_cost -- --ignored --nocapture`.
+#[test]
+#[ignore = "measurement: run in release with --ignored --nocapture"]
+fn flight_recorder_cost() {
+    use crate::backends::{self, Options};
+    use crate::flight::SharedStore;
+    use crate::rendezvous::MemStore;
+    let sizes: Vec<usize> = (2..=26).step_by(2).map(|p| 1usize << p).collect();
+    let rounds = 7;
+    // per[on as usize][size index]: one time per round.
+    let mut per = vec![vec![Vec::new(); sizes.len()]; 2];
+    for round in 0..rounds {
+        let order = if round % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for on in order {
+            let store = Arc::new(MemStore::new(Duration::from_secs(30)));
+            let mut opts = Options::new([7; 16]).unwrap();
+            opts.transport = TransportKind::Shm;
+            opts.timeout = Duration::from_secs(30);
+            opts.flight.enabled = on;
+            opts.flight_store = Some(SharedStore(store.clone()));
+            let times: Vec<Vec<f64>> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..2)
+                    .map(|rank| {
+                        let (store, opts, sizes) = (store.clone(), &opts, &sizes);
+                        s.spawn(move || {
+                            let comm = backends::reference(store.as_ref(), rank, 2, opts).unwrap();
+                            sizes
+                                .iter()
+                                .map(|&bytes| {
+                                    let mut x = vec![1.0f32; bytes / 4];
+                                    let iters = (256usize << 20) / bytes;
+                                    let iters = iters.clamp(5, 2000);
+                                    let mut call = || {
+                                        comm.all_reduce(
+                                            Input::InPlace,
+                                            &mut BufferMut::from_slice(&mut x),
+                                            ReduceOp::Sum,
+                                        )
+                                        .unwrap()
+                                    };
+                                    for _ in 0..3 {
+                                        call();
+                                    }
+                                    comm.barrier().unwrap();
+                                    let t0 = Instant::now();
+                                    for _ in 0..iters {
+                                        call();
+                                    }
+                                    t0.elapsed().as_secs_f64() / iters as f64
+                                })
+                                .collect()
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            for (i, t) in times[0].iter().enumerate() {
+                per[on as usize][i].push(*t);
+            }
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!("bytes       off (us)    on (us)   on/off - 1");
+    for (i, bytes) in sizes.iter().enumerate() {
+        let off = median(&mut per[0][i]) * 1e6;
+        let on = median(&mut per[1][i]) * 1e6;
+        println!(
+            "{bytes:>10} {off:>10.2} {on:>10.2} {:>+10.1} %",
+            (on / off - 1.0) * 100.0
+        );
+    }
+}
