@@ -37,12 +37,17 @@ use std::process::{Command, ExitStatus, Output, Stdio};
 /// the reference solution instead of the learner's exercise. Read by `labkit`.
 pub const SOLUTION_ENV: &str = "RINGSIDE_LAB_SOLUTION";
 
-/// What a lab's program and self-check get for `RINGSIDE_TIMEOUT` and
-/// `RINGSIDE_NOTICE` unless the learner set them: a learner's hang is named
-/// after 5 s of waiting and ends within 30 s, not after the library's
-/// minutes-long defaults (issue 25: lab 6 printed nothing for two minutes).
-pub const LAB_ENV_DEFAULTS: [(&str, &str); 2] =
-    [("RINGSIDE_TIMEOUT", "30"), ("RINGSIDE_NOTICE", "5")];
+/// What a lab's program and self-check get for `RINGSIDE_TIMEOUT`,
+/// `RINGSIDE_NOTICE` and `RINGSIDE_DEBUG_COLLECTIVES` unless the learner set
+/// them: a learner's hang is named after 5 s of waiting and ends within 30 s,
+/// not after the library's minutes-long defaults (issue 25: lab 6 printed
+/// nothing for two minutes), and ranks that call different collectives on
+/// Gloo, MPI or NCCL are named before the call.
+pub const LAB_ENV_DEFAULTS: [(&str, &str); 3] = [
+    ("RINGSIDE_TIMEOUT", "30"),
+    ("RINGSIDE_NOTICE", "5"),
+    ("RINGSIDE_DEBUG_COLLECTIVES", "1"),
+];
 
 /// Sets [`LAB_ENV_DEFAULTS`] on `cmd`, leaving alone what `set` (the
 /// learner's environment) already has.
