@@ -37,22 +37,23 @@ use std::process::{Command, ExitStatus, Output, Stdio};
 /// the reference solution instead of the learner's exercise. Read by `labkit`.
 pub const SOLUTION_ENV: &str = "RINGSIDE_LAB_SOLUTION";
 
-/// What a lab's program and self-check get for `RINGSIDE_TIMEOUT`,
-/// `RINGSIDE_NOTICE` and `RINGSIDE_DEBUG_COLLECTIVES` unless the learner set
-/// them: a learner's hang is named after 5 s of waiting and ends within 30 s,
-/// not after the library's minutes-long defaults (issue 25: lab 6 printed
-/// nothing for two minutes), and ranks that call different collectives on
-/// Gloo, MPI or NCCL are named before the call.
-pub const LAB_ENV_DEFAULTS: [(&str, &str); 3] = [
-    ("RINGSIDE_TIMEOUT", "30"),
-    ("RINGSIDE_NOTICE", "5"),
-    ("RINGSIDE_DEBUG_COLLECTIVES", "1"),
-];
+/// What a lab's program and self-check get for `RINGSIDE_TIMEOUT` and
+/// `RINGSIDE_NOTICE` unless the learner set them: a learner's hang is named
+/// after 5 s of waiting and ends within 30 s, not after the library's
+/// minutes-long defaults (issue 25: lab 6 printed nothing for two minutes).
+pub const LAB_ENV_DEFAULTS: [(&str, &str); 2] =
+    [("RINGSIDE_TIMEOUT", "30"), ("RINGSIDE_NOTICE", "5")];
 
-/// Sets [`LAB_ENV_DEFAULTS`] on `cmd`, leaving alone what `set` (the
-/// learner's environment) already has.
-fn lab_env(cmd: &mut Command, set: impl Fn(&str) -> bool) {
-    for (k, v) in LAB_ENV_DEFAULTS {
+/// What a self-check gets besides: ranks that call different collectives on
+/// Gloo, MPI or NCCL are named before the call. Not in runs, whose figures
+/// the check's store round trips (tens of µs per call) would skew.
+pub const CHECK_ENV_DEFAULTS: [(&str, &str); 1] = [("RINGSIDE_DEBUG_COLLECTIVES", "1")];
+
+/// Sets [`LAB_ENV_DEFAULTS`] (and, for a self-check, [`CHECK_ENV_DEFAULTS`])
+/// on `cmd`, leaving alone what `set` (the learner's environment) already has.
+fn lab_env(cmd: &mut Command, check: bool, set: impl Fn(&str) -> bool) {
+    let extra: &[(&str, &str)] = if check { &CHECK_ENV_DEFAULTS } else { &[] };
+    for (k, v) in LAB_ENV_DEFAULTS.iter().chain(extra) {
         if !set(k) {
             cmd.env(k, v);
         }
@@ -422,7 +423,7 @@ fn run_lab(root: &Path, lab: &Lab, solution: bool, args: &[String]) -> Result<Ex
     let exe = find_artifact(&built, root, lab, &lab.package())?;
     let mut cmd = Command::new(exe);
     cmd.current_dir(root).args(args);
-    lab_env(&mut cmd, env_set);
+    lab_env(&mut cmd, false, env_set);
     if solution {
         cmd.env(SOLUTION_ENV, "1");
     } else {
@@ -438,7 +439,7 @@ fn self_check(check_exe: &Path, root: &Path, solution: bool) -> Result<Output> {
     cmd.current_dir(root)
         .arg("--color=never")
         .env("RUST_BACKTRACE", "0");
-    lab_env(&mut cmd, env_set);
+    lab_env(&mut cmd, true, env_set);
     if solution {
         cmd.env(SOLUTION_ENV, "1");
     } else {
@@ -710,7 +711,7 @@ fn quick_run(program: &Path, root: &Path) -> Result<()> {
         .arg("--quick")
         .env(SOLUTION_ENV, "1")
         .env(measure::RESULTS_DIR_ENV, results.path());
-    lab_env(&mut cmd, env_set);
+    lab_env(&mut cmd, false, env_set);
     let out = cmd.output()?;
     if !out.status.success() {
         bail!(

@@ -189,9 +189,9 @@ fn the_gate_builds_every_lab_in_one_call_and_judges_starter_solution_and_quick_r
 /// timeout and a 5 s notice, unless the learner chose their own.
 #[test]
 fn labs_run_with_a_short_timeout_unless_the_learner_set_one() {
-    let envs = |set: &dyn Fn(&str) -> bool| {
+    let envs = |check: bool, set: &dyn Fn(&str) -> bool| {
         let mut cmd = Command::new("true");
-        lab_env(&mut cmd, set);
+        lab_env(&mut cmd, check, set);
         cmd.get_envs()
             .map(|(k, v)| {
                 (
@@ -201,10 +201,14 @@ fn labs_run_with_a_short_timeout_unless_the_learner_set_one() {
             })
             .collect::<Vec<_>>()
     };
-    let none = envs(&|_| false);
+    let none = envs(false, &|_| false);
     assert!(none.contains(&("RINGSIDE_TIMEOUT".into(), Some("30".into()))));
     assert!(none.contains(&("RINGSIDE_NOTICE".into(), Some("5".into()))));
-    let learner = envs(&|k| k == "RINGSIDE_TIMEOUT");
+    // The store-based desync check is for checks only: it would skew a run's figures.
+    assert!(none.iter().all(|(k, _)| k != "RINGSIDE_DEBUG_COLLECTIVES"));
+    let check = envs(true, &|_| false);
+    assert!(check.contains(&("RINGSIDE_DEBUG_COLLECTIVES".into(), Some("1".into()))));
+    let learner = envs(false, &|k| k == "RINGSIDE_TIMEOUT");
     assert!(learner.iter().all(|(k, _)| k != "RINGSIDE_TIMEOUT"));
     assert!(learner.contains(&("RINGSIDE_NOTICE".into(), Some("5".into()))));
 }
