@@ -14,18 +14,26 @@ use crate::rendezvous::MemStore;
 use crate::transport::TransportKind;
 
 /// Runs `body(rank, comm)` on `world` threads connected over `kind`, every
-/// wait bounded by `timeout`; returns each rank's result in rank order, or the
+/// wait bounded by `timeout` (or by `RINGSIDE_TIMEOUT` when that is set and
+/// shorter: `cargo lab` sets it to 30 s, so a lab's hang ends within that
+/// whatever the lab passes); returns each rank's result in rank order, or the
 /// first rank's error in connecting. A panic in `body` is passed on to the
-/// caller as it is.
+/// caller as it is; the panicking rank's communicator aborts as it unwinds,
+/// so the other ranks stop at once instead of waiting for it.
 pub fn with_ranks<T: Send>(
     world: usize,
     kind: TransportKind,
     timeout: Duration,
     body: impl Fn(usize, ReferenceComm) -> T + Sync,
 ) -> Result<Vec<T>> {
-    let store = Arc::new(MemStore::new(timeout));
     // One token for the whole world; the store is private to this call.
     let mut opts = Options::new([7; 16])?;
+    let timeout = if std::env::var_os("RINGSIDE_TIMEOUT").is_some() {
+        timeout.min(opts.timeout)
+    } else {
+        timeout
+    };
+    let store = Arc::new(MemStore::new(timeout));
     opts.transport = kind;
     opts.timeout = timeout;
     opts.flight_store = Some(SharedStore(store.clone()));
@@ -70,5 +78,35 @@ mod tests {
         )
         .unwrap();
         assert_eq!(sums, vec![6.0; 3]);
+    }
+
+    /// A panic in one thread rank ended the check only after the others'
+    /// timeout: the panicking rank's communicator now aborts as it unwinds.
+    #[test]
+    fn a_rank_that_panicked_stops_the_others_at_once() {
+        for kind in [TransportKind::Shm, TransportKind::Tcp] {
+            let seen = std::sync::Mutex::new(None);
+            let t0 = std::time::Instant::now();
+            let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                with_ranks(2, kind, Duration::from_secs(60), |rank, comm| {
+                    if rank == 1 {
+                        panic!("the learner's bug");
+                    }
+                    let mut x = [1.0f32; 1280];
+                    let r = comm.all_reduce(
+                        Input::InPlace,
+                        &mut BufferMut::from_slice(&mut x),
+                        ReduceOp::Avg,
+                    );
+                    *seen.lock().unwrap() = Some(r.map_err(|e| e.to_string()));
+                })
+            }));
+            let took = t0.elapsed();
+            let panic = run.unwrap_err();
+            assert_eq!(panic.downcast_ref::<&str>(), Some(&"the learner's bug"));
+            let e = seen.lock().unwrap().take().unwrap().unwrap_err();
+            assert!(e.contains("rank 1 panicked"), "{kind:?}: {e}");
+            assert!(took < Duration::from_secs(3), "{kind:?}: took {took:?}");
+        }
     }
 }

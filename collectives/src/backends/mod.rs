@@ -2,6 +2,7 @@
 
 mod capabilities;
 mod checks;
+pub mod debug;
 pub mod disabled;
 #[cfg(feature = "gloo")]
 pub mod gloo;
@@ -49,6 +50,11 @@ pub struct Options {
     /// rank whose wait lasts can ask where the others are and fail a deadlock
     /// early. Without it, a lasting wait still prints its notice.
     pub flight_store: Option<SharedStore>,
+    /// Gloo, MPI, NCCL: check every collective's fingerprint against every
+    /// rank's through the store first (`RINGSIDE_DEBUG_COLLECTIVES=1`,
+    /// `--debug-collectives`; see [`debug`]). The reference backend checks
+    /// in its own messages and ignores it.
+    pub debug_collectives: bool,
 }
 
 impl Options {
@@ -79,6 +85,9 @@ impl Options {
             prefix: String::new(),
             flight: FlightSettings::from_env()?,
             flight_store: None,
+            debug_collectives: std::env::var("RINGSIDE_DEBUG_COLLECTIVES").is_ok_and(|v| {
+                matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "on" | "true")
+            }),
         })
     }
 }

@@ -50,6 +50,17 @@ pub struct ReferenceComm {
 
 impl Drop for ReferenceComm {
     fn drop(&mut self) {
+        // Dropped while its thread unwinds: the rank panicked. Waiting peers
+        // fail at once with that reason, not after the notice or the timeout
+        // (a plain drop does not abort: a peer may still be reading our last
+        // message, and the abort would race it).
+        if std::thread::panicking() {
+            let g = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
+            g.t.abort(&format!(
+                "rank {} panicked (its panic message is printed above)",
+                self.rank
+            ));
+        }
         // Peers still waiting for us learn that nothing more will come.
         if let Some(f) = &self.flight {
             f.close();

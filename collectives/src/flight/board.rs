@@ -299,6 +299,46 @@ impl Picture {
         })
     }
 
+    /// Whether `me`, stalled in a wait, waits on a rank that is somewhere
+    /// else: in no collective for at least `idle_limit_ms`, or in a call with
+    /// another number. Then the ranks disagree on which calls to make (lab 7
+    /// with the all_reduce on rank 0 only) and the wait would last until the
+    /// timeout; the answer names both ranks' places.
+    pub fn disagreement(&self, me: usize, idle_limit_ms: u64) -> Option<String> {
+        let mine = self.of(me)?;
+        let Where::Waiting {
+            call,
+            seq,
+            send_to,
+            recv_from,
+            ..
+        } = &mine.place
+        else {
+            return None;
+        };
+        let elsewhere = |s: &RankState| match &s.place {
+            Where::Idle { for_ms } => *for_ms >= idle_limit_ms,
+            Where::Waiting { seq: other, .. } => other != seq,
+            Where::Running { call: other, .. } => other
+                .rsplit_once('#')
+                .and_then(|(_, n)| n.parse::<u32>().ok())
+                .is_some_and(|n| n != *seq),
+            Where::Closed { .. } => false,
+        };
+        let peer = mine
+            .waits_on()
+            .into_iter()
+            .find_map(|p| self.of(p).filter(|s| elsewhere(s)))?;
+        Some(format!(
+            "rank {me} is in {call} and waits {}; {}: the ranks disagree on which \
+             collectives to call (is the call made on some ranks only?). A rank that \
+             works alone this long on purpose (saving a large checkpoint): raise \
+             RINGSIDE_IDLE_LIMIT (seconds)",
+            describe_wait(*send_to, *recv_from),
+            peer.describe()
+        ))
+    }
+
     /// A cycle of waiting ranks reachable from `me` along wait edges, in order.
     fn cycle_from(&self, me: usize) -> Option<Vec<usize>> {
         fn walk(p: &Picture, r: usize, path: &mut Vec<usize>) -> Option<Vec<usize>> {

@@ -55,6 +55,12 @@ pub struct FlightSettings {
     /// A wait without progress this long prints a notice and looks for a
     /// deadlock (`RINGSIDE_NOTICE` seconds; 5 by default).
     pub notice: Duration,
+    /// A rank we wait on that has been in no collective this long, while our
+    /// wait has lasted the notice time, fails the wait at once: the ranks
+    /// disagree on the calls (`RINGSIDE_IDLE_LIMIT` seconds; the notice time
+    /// by default). Raise it for a job in which a rank works alone for long
+    /// on purpose (rank 0 saving a large checkpoint while the others wait).
+    pub idle_limit: Duration,
     /// A failed call prints this rank's [`LINE_MARK`] line to stderr, for the
     /// launcher's hang table ([`crate::job::communicator`] sets it: the rank
     /// was launched).
@@ -67,7 +73,8 @@ pub struct FlightSettings {
 pub const LINE_MARK: &str = "ringside flight | ";
 
 impl FlightSettings {
-    /// Reads `RINGSIDE_FLIGHT_RECORDER` and `RINGSIDE_NOTICE`.
+    /// Reads `RINGSIDE_FLIGHT_RECORDER`, `RINGSIDE_NOTICE` and
+    /// `RINGSIDE_IDLE_LIMIT`.
     pub fn from_env() -> Result<FlightSettings> {
         let enabled = match std::env::var("RINGSIDE_FLIGHT_RECORDER") {
             Ok(v) => !matches!(
@@ -76,24 +83,30 @@ impl FlightSettings {
             ),
             Err(_) => true,
         };
-        let notice = match std::env::var("RINGSIDE_NOTICE") {
-            Ok(s) => s
-                .trim()
-                .parse::<f64>()
-                .ok()
-                .and_then(|x| Duration::try_from_secs_f64(x).ok())
-                .ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "RINGSIDE_NOTICE={s:?} is not a number of seconds"
-                    ))
-                })?,
-            Err(_) => DEFAULT_NOTICE,
-        };
+        let notice = seconds_var("RINGSIDE_NOTICE")?.unwrap_or(DEFAULT_NOTICE);
+        let idle_limit = seconds_var("RINGSIDE_IDLE_LIMIT")?.unwrap_or(notice);
         Ok(FlightSettings {
             enabled,
             notice,
+            idle_limit,
             report_to_launcher: false,
         })
+    }
+}
+
+/// A duration in seconds from the environment variable `name`, if set.
+fn seconds_var(name: &str) -> Result<Option<Duration>> {
+    match std::env::var(name) {
+        Ok(s) => s
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .and_then(|x| Duration::try_from_secs_f64(x).ok())
+            .map(Some)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("{name}={s:?} is not a number of seconds"))
+            }),
+        Err(_) => Ok(None),
     }
 }
 
@@ -195,6 +208,7 @@ pub struct Flight {
     rank: usize,
     world: usize,
     notice: Duration,
+    idle_limit: Duration,
     report_to_launcher: bool,
     /// The call in progress ([`pack`]ed; 0 when none).
     current: AtomicU64,
@@ -230,6 +244,7 @@ impl Flight {
             rank,
             world,
             notice: settings.notice,
+            idle_limit: settings.idle_limit,
             report_to_launcher: settings.report_to_launcher,
             current: AtomicU64::new(0),
             current_since: AtomicU64::new(0),
@@ -428,7 +443,9 @@ impl WaitWatch for Flight {
         s.noticed = true;
         drop(s);
         let picture = board.look(&self.state(0), self.world);
-        let verdict = picture.verdict(self.rank, before.as_ref().map(|(p, _)| p));
+        let verdict = picture
+            .verdict(self.rank, before.as_ref().map(|(p, _)| p))
+            .or_else(|| picture.disagreement(self.rank, self.idle_limit.as_millis() as u64));
         if first {
             eprintln!(
                 "{}; {}",

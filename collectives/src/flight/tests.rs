@@ -244,3 +244,169 @@ fn the_flight_record_keeps_the_last_calls() {
         assert!(r.windows(2).all(|w| w[0].started_ms <= w[1].started_ms));
     }
 }
+
+/// Lab 7 with the all_reduce on rank 0 only, rank 1 alive and in no
+/// collective: rank 0 sat until the 60 s timeout. Now it looks where rank 1
+/// is at the notice time (5 s) and fails naming both ranks' places.
+#[test]
+fn a_collective_on_one_rank_while_the_other_lives_on_is_named_in_seconds() {
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let t0 = Instant::now();
+    let results = with_ranks(
+        2,
+        TransportKind::Shm,
+        Duration::from_secs(60),
+        |rank, comm| {
+            all_reduce(&comm, 8).map_err(|e| e.to_string())?;
+            if rank == 0 {
+                let mut x = vec![1.0f32; 1280];
+                let r = comm.all_reduce(
+                    Input::InPlace,
+                    &mut BufferMut::from_slice(&mut x),
+                    ReduceOp::Avg,
+                );
+                let took = t0.elapsed();
+                done.store(true, std::sync::atomic::Ordering::SeqCst);
+                return r
+                    .map(|()| took)
+                    .map_err(|e| format!("{e} (after {took:?})"));
+            }
+            // Rank 1 skips the call but keeps its communicator, as a rank
+            // that goes on computing does.
+            while !done.load(std::sync::atomic::Ordering::SeqCst) && t0.elapsed().as_secs() < 30 {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Ok(t0.elapsed())
+        },
+    )
+    .unwrap();
+    let e = results[0].clone().unwrap_err();
+    let took = t0.elapsed();
+    eprintln!("{e}");
+    assert!(took < Duration::from_secs(7), "took {took:?}: {e}");
+    assert!(
+        e.contains(
+            "rank 0 is in all_reduce#2 (1280 × float, avg) and waits to receive from rank 1"
+        ),
+        "{e}"
+    );
+    assert!(
+        e.contains("rank 1 is not in any collective (last completed all_reduce#1"),
+        "{e}"
+    );
+    assert!(e.contains("disagree"), "{e}");
+}
+
+/// A rank that has been in no collective for less than the idle limit is
+/// only slow; one in a call with another number is elsewhere at once.
+#[test]
+fn a_rank_elsewhere_is_a_disagreement_only_past_the_idle_limit() {
+    let idle = |for_ms| Picture {
+        states: vec![
+            waiting(0, 9, 1, 5000),
+            RankState {
+                rank: 1,
+                answer: 1,
+                last: Some("all_reduce#8".into()),
+                place: Where::Idle { for_ms },
+            },
+        ],
+    };
+    assert_eq!(idle(4000).disagreement(0, 5000), None);
+    let why = idle(5200).disagreement(0, 5000).unwrap();
+    assert!(why.contains("rank 1 is not in any collective"), "{why}");
+    let ahead = Picture {
+        states: vec![waiting(0, 9, 1, 5000), waiting(1, 10, 0, 100)],
+    };
+    assert!(ahead.disagreement(0, 60_000).is_some());
+    let same = Picture {
+        states: vec![waiting(0, 9, 1, 5000), waiting(1, 9, 0, 5000)],
+    };
+    assert_eq!(same.disagreement(0, 0), None);
+}
+
+/// The flight recorder's cost on the reference backend: all_reduce (f32,
+/// sum) at 4 B–64 MiB between two thread ranks over shared memory, with the
+/// recorder on and off in alternating rounds; rank 0's time per call, the
+/// median over rounds. The desync check is in every message's header either
+/// way (it has no switch). A measurement, not a check:
+/// `cargo test -p collectives --release --no-default-features --lib
+/// flight_recorder_cost -- --ignored --nocapture`.
+#[test]
+#[ignore = "measurement: run in release with --ignored --nocapture"]
+fn flight_recorder_cost() {
+    use crate::backends::{self, Options};
+    use crate::flight::SharedStore;
+    use crate::rendezvous::MemStore;
+    let sizes: Vec<usize> = (2..=26).step_by(2).map(|p| 1usize << p).collect();
+    let rounds = 7;
+    // per[on as usize][size index]: one time per round.
+    let mut per = vec![vec![Vec::new(); sizes.len()]; 2];
+    for round in 0..rounds {
+        let order = if round % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for on in order {
+            let store = Arc::new(MemStore::new(Duration::from_secs(30)));
+            let mut opts = Options::new([7; 16]).unwrap();
+            opts.transport = TransportKind::Shm;
+            opts.timeout = Duration::from_secs(30);
+            opts.flight.enabled = on;
+            opts.flight_store = Some(SharedStore(store.clone()));
+            let times: Vec<Vec<f64>> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..2)
+                    .map(|rank| {
+                        let (store, opts, sizes) = (store.clone(), &opts, &sizes);
+                        s.spawn(move || {
+                            let comm = backends::reference(store.as_ref(), rank, 2, opts).unwrap();
+                            sizes
+                                .iter()
+                                .map(|&bytes| {
+                                    let mut x = vec![1.0f32; bytes / 4];
+                                    let iters = (256usize << 20) / bytes;
+                                    let iters = iters.clamp(5, 2000);
+                                    let mut call = || {
+                                        comm.all_reduce(
+                                            Input::InPlace,
+                                            &mut BufferMut::from_slice(&mut x),
+                                            ReduceOp::Sum,
+                                        )
+                                        .unwrap()
+                                    };
+                                    for _ in 0..3 {
+                                        call();
+                                    }
+                                    comm.barrier().unwrap();
+                                    let t0 = Instant::now();
+                                    for _ in 0..iters {
+                                        call();
+                                    }
+                                    t0.elapsed().as_secs_f64() / iters as f64
+                                })
+                                .collect()
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            for (i, t) in times[0].iter().enumerate() {
+                per[on as usize][i].push(*t);
+            }
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!("bytes       off (us)    on (us)   on/off - 1");
+    for (i, bytes) in sizes.iter().enumerate() {
+        let off = median(&mut per[0][i]) * 1e6;
+        let on = median(&mut per[1][i]) * 1e6;
+        println!(
+            "{bytes:>10} {off:>10.2} {on:>10.2} {:>+10.1} %",
+            (on / off - 1.0) * 100.0
+        );
+    }
+}

@@ -62,6 +62,10 @@ pub struct TimeoutArgs {
     /// for a deadlock (reference backend).
     #[arg(long, default_value_t = 5.0, env = "RINGSIDE_NOTICE")]
     pub notice: f64,
+    /// Gloo, MPI, NCCL: check each collective against every rank's through
+    /// the store before calling it (slower; also `RINGSIDE_DEBUG_COLLECTIVES=1`).
+    #[arg(long)]
+    pub debug_collectives: bool,
 }
 
 impl TimeoutArgs {
@@ -184,6 +188,11 @@ impl ConnectArgs {
         opts.algo = self.algo;
         opts.timeout = self.timeout()?;
         opts.flight.notice = self.wait.notice()?;
+        opts.debug_collectives |= self.wait.debug_collectives;
+        // The idle limit follows the notice unless it was set apart.
+        if std::env::var_os("RINGSIDE_IDLE_LIMIT").is_none() {
+            opts.flight.idle_limit = opts.flight.notice;
+        }
         opts.prefix = prefix.to_owned();
         connect_with(rdv, backend, &opts)
     }

@@ -115,6 +115,20 @@ pub fn communicator(
     opts: &Options,
 ) -> Result<Box<dyn Communicator>> {
     let (rank, world) = (rdv.info.rank, rdv.info.world_size);
+    if backend != Backend::Reference && opts.debug_collectives && world > 1 {
+        let inner = backends::connect(backend, rdv.store(), rank, world, opts)?;
+        let store = flight_store(rdv, opts.timeout).ok_or_else(|| {
+            Error::Rendezvous(
+                "--debug-collectives: cannot open a connection to the job's store".into(),
+            )
+        })?;
+        return Ok(Box::new(backends::debug::DebugCollectives::new(
+            inner,
+            store.0,
+            &opts.prefix,
+            opts.timeout,
+        )));
+    }
     if backend != Backend::Reference || !opts.flight.enabled || world == 1 {
         return backends::connect(backend, rdv.store(), rank, world, opts);
     }

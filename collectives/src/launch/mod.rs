@@ -43,6 +43,7 @@ use crate::rendezvous::env::{DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT};
 use crate::rendezvous::store::{TOKEN_VAR, Token};
 
 mod blame;
+pub mod capacity;
 mod exit;
 mod group;
 mod hang_table;
@@ -212,6 +213,9 @@ pub fn spawn(spec: &LaunchSpec) -> Result<LaunchReport> {
     spec.nnodes
         .checked_mul(spec.nproc_per_node)
         .ok_or_else(|| Error::InvalidArgument("nnodes × nproc_per_node overflows".into()))?;
+    // Refuse up front what this machine cannot host, naming the limit,
+    // rather than losing a rank to it half-way through starting them.
+    capacity::check(spec.nproc_per_node, spec.nnodes * spec.nproc_per_node)?;
     let token = match (spec.token, spec.nnodes) {
         (Some(t), _) => t,
         (None, 1) => Token::generate()?,
@@ -273,13 +277,29 @@ pub fn spawn(spec: &LaunchSpec) -> Result<LaunchReport> {
         };
         let pid = group.pid(i);
         let tail = Arc::new(Mutex::new(VecDeque::with_capacity(TAIL_LINES)));
-        let reader = group.child_mut(i).stderr.take().and_then(|pipe| {
+        let reader = match group.child_mut(i).stderr.take().map(|pipe| {
             let tail = Arc::clone(&tail);
             std::thread::Builder::new()
                 .name(format!("ringside-rank{rank}-stderr"))
                 .spawn(move || forward(rank, pipe, tail))
-                .ok()
-        });
+        }) {
+            None => None,
+            Some(Ok(h)) => Some(h),
+            // Without its reader the rank's stderr pipe is closed: it would
+            // die of its first message and say nothing ("rank 866 exited
+            // with code 1 … wrote nothing to stderr"). Stop here and say why.
+            Some(Err(e)) => {
+                group.kill_all();
+                drop(guard);
+                return Err(Error::io(
+                    format!(
+                        "cannot start a thread to read rank {rank}'s output (the thread \
+                         limit, `ulimit -u`, or memory); nothing was left running"
+                    ),
+                    e,
+                ));
+            }
+        };
         ranks.push(Running {
             rank,
             local_rank,

@@ -212,3 +212,15 @@ fn a_hung_job_reports_every_ranks_wait_in_one_table() {
     };
     assert!(!plain.to_string().contains("where every rank was"));
 }
+
+/// `--nproc 1000` on a small machine failed after 84 s with a bare exit code:
+/// a launch the machine cannot host is refused before any rank starts.
+#[test]
+fn a_launch_this_machine_cannot_host_is_refused_before_starting_anything() {
+    let t0 = Instant::now();
+    let s = LaunchSpec::new("true", Vec::<OsString>::new(), 10_000_000);
+    let e = spawn(&s).unwrap_err().to_string();
+    assert!(e.contains("cannot host 10000000 ranks"), "{e}");
+    assert!(e.contains("memory: at least"), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+}

@@ -186,7 +186,14 @@ impl Hosts {
     /// half made.
     fn none_yet(delay: Duration) -> Result<Hosts, HostsError> {
         Hosts::available()?;
-        remove_stale();
+        let left = remove_stale();
+        if !left.is_empty() {
+            // Say so: a learner who killed a run should know it left these.
+            eprintln!(
+                "lab hosts: removed what an interrupted run left behind: {}",
+                left.join(", ")
+            );
+        }
         Ok(Hosts {
             prefix: instance_prefix(),
             nodes: 0,
@@ -311,14 +318,26 @@ fn owned_by(name: &str, prefix: &str) -> bool {
 }
 
 /// Removes the namespaces and bridges named with `prefix` (best effort: what
-/// is already gone is fine). Deleting a namespace deletes its `eth0` and with
-/// it the veth's other end; a TAP goes when its descriptor closes.
-fn remove(prefix: &str) {
+/// is already gone is fine) and returns the names it removed. Deleting a
+/// namespace deletes its `eth0` and with it the veth's other end; a TAP goes
+/// when its descriptor closes.
+fn remove(prefix: &str) -> Vec<String> {
+    let mut removed = Vec::new();
+    let mut del = |args: &[&str], name: &str| {
+        if Command::new("ip")
+            .args(args)
+            .arg(name)
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            removed.push(name.to_owned());
+        }
+    };
     if let Ok(out) = Command::new("ip").args(["netns", "list"]).output() {
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             let name = line.split_whitespace().next().unwrap_or_default();
             if owned_by(name, prefix) {
-                let _ = Command::new("ip").args(["netns", "del", name]).output();
+                del(&["netns", "del"], name);
             }
         }
     }
@@ -328,34 +347,54 @@ fn remove(prefix: &str) {
             let name = line.split(':').nth(1).unwrap_or_default().trim();
             let name = name.split('@').next().unwrap_or_default();
             if owned_by(name, prefix) && name.ends_with("br") {
-                let _ = Command::new("ip").args(["link", "del", name]).output();
+                del(&["link", "del"], name);
             }
         }
     }
+    removed
 }
 
 /// Removes what runs that are no longer alive left behind (Ctrl-C, SIGKILL, a
-/// crash): every `rsd<pid>…` namespace and bridge whose pid has no process.
-pub fn remove_stale() {
-    let mut dead = std::collections::BTreeSet::new();
-    let mut scan = |text: &str| {
-        for word in text.split(|c: char| c.is_whitespace() || c == ':' || c == '@') {
-            if let Some(rest) = word.strip_prefix("rsd") {
+/// crash): every `rsd<pid>…` namespace and bridge whose pid has no process
+/// (their veths go with the namespaces). Returns the names removed (none
+/// without root: the `ip` commands then fail); `cargo lab 8 --cleanup` runs it.
+pub fn remove_stale() -> Vec<String> {
+    let dead: std::collections::BTreeSet<String> = stale_names()
+        .iter()
+        .map(|n| {
+            let rest = n.strip_prefix("rsd").unwrap_or(n);
+            rest.chars().take_while(char::is_ascii_digit).collect()
+        })
+        .collect();
+    dead.into_iter()
+        .flat_map(|pid| remove(&format!("rsd{pid}")))
+        .collect()
+}
+
+/// The names of namespaces and bridges that runs no longer alive left
+/// behind, without removing them (for saying what `remove_stale` would do
+/// where it cannot: not root).
+pub fn stale_names() -> Vec<String> {
+    let mut names = Vec::new();
+    for args in [&["netns", "list"][..], &["-o", "link", "show"][..]] {
+        if let Ok(out) = Command::new("ip").args(args).output() {
+            for word in String::from_utf8_lossy(&out.stdout)
+                .split(|c: char| c.is_whitespace() || c == ':' || c == '@')
+            {
+                let Some(rest) = word.strip_prefix("rsd") else {
+                    continue;
+                };
                 let pid: String = rest.chars().take_while(char::is_ascii_digit).collect();
-                if !pid.is_empty() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-                    dead.insert(pid);
+                if !pid.is_empty()
+                    && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+                    && !names.iter().any(|n| n == word)
+                {
+                    names.push(word.to_owned());
                 }
             }
         }
-    };
-    for args in [&["netns", "list"][..], &["-o", "link", "show"][..]] {
-        if let Ok(out) = Command::new("ip").args(args).output() {
-            scan(&String::from_utf8_lossy(&out.stdout));
-        }
     }
-    for pid in dead {
-        remove(&format!("rsd{pid}"));
-    }
+    names
 }
 
 #[cfg(test)]

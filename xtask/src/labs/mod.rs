@@ -8,7 +8,9 @@
 //!   ([`hints`] has the protocol by which a check names a mistake);
 //! * `cargo lab hint N`: the hint ladder (concept, approach, near-code), one step
 //!   more each time;
-//! * `cargo lab reset N`: restore the starter exercise, after asking, keeping a backup.
+//! * `cargo lab reset N`: restore the starter exercise, after asking, keeping a backup;
+//! * `cargo lab N --cleanup`: remove the network namespaces, bridges and veths that
+//!   an interrupted run of a lab with simulated hosts (8, 11) left behind.
 //!
 //! A lab builds alone (`-p labNN-name`, release), with one cargo call that makes
 //! both its self-check and its program, so `cargo lab check N` and `cargo lab N`
@@ -35,11 +37,39 @@ use std::process::{Command, ExitStatus, Output, Stdio};
 /// the reference solution instead of the learner's exercise. Read by `labkit`.
 pub const SOLUTION_ENV: &str = "RINGSIDE_LAB_SOLUTION";
 
+/// What a lab's program and self-check get for `RINGSIDE_TIMEOUT` and
+/// `RINGSIDE_NOTICE` unless the learner set them: a learner's hang is named
+/// after 5 s of waiting and ends within 30 s, not after the library's
+/// minutes-long defaults (issue 25: lab 6 printed nothing for two minutes).
+pub const LAB_ENV_DEFAULTS: [(&str, &str); 2] =
+    [("RINGSIDE_TIMEOUT", "30"), ("RINGSIDE_NOTICE", "5")];
+
+/// What a self-check gets besides: ranks that call different collectives on
+/// Gloo, MPI or NCCL are named before the call. Not in runs, whose figures
+/// the check's store round trips (tens of µs per call) would skew.
+pub const CHECK_ENV_DEFAULTS: [(&str, &str); 1] = [("RINGSIDE_DEBUG_COLLECTIVES", "1")];
+
+/// Sets [`LAB_ENV_DEFAULTS`] (and, for a self-check, [`CHECK_ENV_DEFAULTS`])
+/// on `cmd`, leaving alone what `set` (the learner's environment) already has.
+fn lab_env(cmd: &mut Command, check: bool, set: impl Fn(&str) -> bool) {
+    let extra: &[(&str, &str)] = if check { &CHECK_ENV_DEFAULTS } else { &[] };
+    for (k, v) in LAB_ENV_DEFAULTS.iter().chain(extra) {
+        if !set(k) {
+            cmd.env(k, v);
+        }
+    }
+}
+
+/// Whether the learner's environment sets `k`.
+fn env_set(k: &str) -> bool {
+    std::env::var_os(k).is_some()
+}
+
 /// `cargo lab ...`.
 #[derive(Args)]
 #[command(
     args_conflicts_with_subcommands = true,
-    override_usage = "cargo lab [--solution] [NUMBER] [-- <ARGS>...]\n       cargo lab <COMMAND>"
+    override_usage = "cargo lab [--solution] [NUMBER] [-- <ARGS>...]\n       cargo lab NUMBER --cleanup\n       cargo lab <COMMAND>"
 )]
 pub struct LabArgs {
     #[command(subcommand)]
@@ -49,6 +79,10 @@ pub struct LabArgs {
     /// Run the reference solution instead of your exercise.
     #[arg(long)]
     solution: bool,
+    /// Remove what an interrupted run (Ctrl-C, kill -9) of a lab with simulated
+    /// hosts (8, 11) left behind: network namespaces, bridges, veths. Needs root.
+    #[arg(long, requires = "number", conflicts_with = "solution")]
+    cleanup: bool,
     /// Arguments for the lab's program (after `--`), e.g. `-- --nproc 2 --quick`.
     #[arg(last = true)]
     args: Vec<String>,
@@ -98,6 +132,10 @@ pub fn run(root: &Path, args: LabArgs) -> Result<()> {
         (Some(LabCommand::Reset { number, yes }), _) => {
             reset(root, info::find(&labs, number)?, yes)
         }
+        (None, Some(number)) if args.cleanup => {
+            info::find(&labs, number)?;
+            cleanup(number)
+        }
         (None, Some(number)) => {
             let lab = info::find(&labs, number)?;
             let status = run_lab(root, lab, args.solution, &args.args)?;
@@ -110,6 +148,35 @@ pub fn run(root: &Path, args: LabArgs) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `cargo lab N --cleanup`: removes the simulated hosts of runs that are gone
+/// (a run that ends normally removes its own; the next run removes a killed
+/// one's, and says so).
+fn cleanup(number: u32) -> Result<()> {
+    let found = labhosts::stale_names();
+    if found.is_empty() {
+        println!(
+            "lab {number}: nothing left behind (no network namespace, bridge or veth of a \
+             run that is gone)"
+        );
+        return Ok(());
+    }
+    let removed = labhosts::remove_stale();
+    let still = labhosts::stale_names();
+    if !still.is_empty() {
+        bail!(
+            "lab {number}: could not remove {} (removing network namespaces needs root: \
+             `sudo -E cargo lab {number} --cleanup`)",
+            still.join(", ")
+        );
+    }
+    println!(
+        "lab {number}: removed what an interrupted run left behind: {} (their veths went \
+         with them)",
+        removed.join(", ")
+    );
+    Ok(())
 }
 
 /// What `cargo lab list` says about a lab.
@@ -356,6 +423,7 @@ fn run_lab(root: &Path, lab: &Lab, solution: bool, args: &[String]) -> Result<Ex
     let exe = find_artifact(&built, root, lab, &lab.package())?;
     let mut cmd = Command::new(exe);
     cmd.current_dir(root).args(args);
+    lab_env(&mut cmd, false, env_set);
     if solution {
         cmd.env(SOLUTION_ENV, "1");
     } else {
@@ -371,6 +439,7 @@ fn self_check(check_exe: &Path, root: &Path, solution: bool) -> Result<Output> {
     cmd.current_dir(root)
         .arg("--color=never")
         .env("RUST_BACKTRACE", "0");
+    lab_env(&mut cmd, true, env_set);
     if solution {
         cmd.env(SOLUTION_ENV, "1");
     } else {
@@ -642,6 +711,7 @@ fn quick_run(program: &Path, root: &Path) -> Result<()> {
         .arg("--quick")
         .env(SOLUTION_ENV, "1")
         .env(measure::RESULTS_DIR_ENV, results.path());
+    lab_env(&mut cmd, false, env_set);
     let out = cmd.output()?;
     if !out.status.success() {
         bail!(

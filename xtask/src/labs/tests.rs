@@ -184,3 +184,47 @@ fn the_gate_builds_every_lab_in_one_call_and_judges_starter_solution_and_quick_r
     assert!(e.contains("lab 2: the starter passes its check"), "{e}");
     assert!(!e.contains("lab 1"), "{e}");
 }
+
+/// Lab 6 printed nothing for two minutes: a lab's run and check get a 30 s
+/// timeout and a 5 s notice, unless the learner chose their own.
+#[test]
+fn labs_run_with_a_short_timeout_unless_the_learner_set_one() {
+    let envs = |check: bool, set: &dyn Fn(&str) -> bool| {
+        let mut cmd = Command::new("true");
+        lab_env(&mut cmd, check, set);
+        cmd.get_envs()
+            .map(|(k, v)| {
+                (
+                    k.to_string_lossy().into_owned(),
+                    v.map(|v| v.to_string_lossy().into_owned()),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let none = envs(false, &|_| false);
+    assert!(none.contains(&("RINGSIDE_TIMEOUT".into(), Some("30".into()))));
+    assert!(none.contains(&("RINGSIDE_NOTICE".into(), Some("5".into()))));
+    // The store-based desync check is for checks only: it would skew a run's figures.
+    assert!(none.iter().all(|(k, _)| k != "RINGSIDE_DEBUG_COLLECTIVES"));
+    let check = envs(true, &|_| false);
+    assert!(check.contains(&("RINGSIDE_DEBUG_COLLECTIVES".into(), Some("1".into()))));
+    let learner = envs(false, &|k| k == "RINGSIDE_TIMEOUT");
+    assert!(learner.iter().all(|(k, _)| k != "RINGSIDE_TIMEOUT"));
+    assert!(learner.contains(&("RINGSIDE_NOTICE".into(), Some("5".into()))));
+}
+
+/// After `kill -9` of lab 8 its namespaces, bridge and veths stayed until the
+/// next run: `cargo lab 8 --cleanup` removes them (and needs a lab number).
+#[test]
+fn cleanup_is_a_flag_of_a_numbered_lab() {
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        lab: LabArgs,
+    }
+    use clap::Parser as _;
+    let a = Cli::try_parse_from(["lab", "8", "--cleanup"]).unwrap().lab;
+    assert!(a.cleanup && a.number == Some(8) && !a.solution);
+    assert!(Cli::try_parse_from(["lab", "--cleanup"]).is_err());
+    assert!(Cli::try_parse_from(["lab", "8", "--cleanup", "--solution"]).is_err());
+}

@@ -23,7 +23,7 @@
 //! read or rewrite the network.
 
 mod client;
-mod proof;
+pub(crate) mod proof;
 mod server;
 mod token;
 mod wire;

@@ -10,6 +10,11 @@
 //! listens on the port without the token (another program on `MASTER_PORT`,
 //! another job's store) therefore learns a nonce, a rank and a world size, and
 //! nothing from which the token follows.
+//!
+//! The TCP transport's hello between two ranks runs the same exchange
+//! ([`Transcript::mesh_server_proof`], [`Transcript::mesh_client_proof`]),
+//! with its own domain bytes, so a proof from one protocol is worth nothing
+//! in the other.
 
 use sha2::{Digest, Sha256};
 
@@ -18,15 +23,18 @@ use super::wire::{MAGIC, VERSION};
 use crate::error::{Error, Result};
 
 /// Bytes of a nonce.
-pub(super) const NONCE: usize = 16;
+pub(crate) const NONCE: usize = 16;
 /// Bytes of a proof (one SHA-256 output).
-pub(super) const PROOF: usize = 32;
+pub(crate) const PROOF: usize = 32;
 
 const SERVER_LABEL: &[u8] = b"ringside store proof: server\0";
 const CLIENT_LABEL: &[u8] = b"ringside store proof: client\0";
 
+/// Domain bytes of the transport's hello (see [`Transcript::mesh_server_proof`]).
+const MESH_DOMAIN: &[u8] = b"ringside tcp mesh hello v2\0";
+
 /// A fresh nonce from the operating system's generator.
-pub(super) fn nonce() -> Result<[u8; NONCE]> {
+pub(crate) fn nonce() -> Result<[u8; NONCE]> {
     let mut n = [0u8; NONCE];
     getrandom::fill(&mut n)
         .map_err(|e| Error::Rendezvous(format!("cannot draw a random nonce: {e}")))?;
@@ -34,25 +42,74 @@ pub(super) fn nonce() -> Result<[u8; NONCE]> {
 }
 
 /// What one handshake is about: both nonces, and who the client says it is.
-pub(super) struct Transcript {
-    pub(super) client_nonce: [u8; NONCE],
-    pub(super) server_nonce: [u8; NONCE],
-    pub(super) rank: u64,
-    pub(super) world: u64,
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Transcript {
+    pub(crate) client_nonce: [u8; NONCE],
+    pub(crate) server_nonce: [u8; NONCE],
+    /// The client's rank.
+    pub(crate) rank: u64,
+    pub(crate) world: u64,
 }
 
 impl Transcript {
     fn mac(&self, token: &Token, label: &[u8]) -> [u8; PROOF] {
-        hmac_sha256(
-            &token.bytes(),
+        self.mac_in(token, label, &[MAGIC, &[VERSION]])
+    }
+
+    /// The MAC of this transcript under `token`, for `label` in the protocol
+    /// that `domain` names. Every domain's bytes have a fixed length, and the
+    /// fields after them too, so no two (domain, transcript) pairs share an
+    /// input.
+    fn mac_in(&self, token: &Token, label: &[u8], domain: &[&[u8]]) -> [u8; PROOF] {
+        let (rank, world) = (self.rank.to_le_bytes(), self.world.to_le_bytes());
+        let parts: Vec<&[u8]> = [label]
+            .into_iter()
+            .chain(domain.iter().copied())
+            .chain([
+                &self.client_nonce[..],
+                &self.server_nonce[..],
+                &rank[..],
+                &world[..],
+            ])
+            .collect();
+        hmac_sha256(&token.bytes(), &parts)
+    }
+
+    /// The TCP transport's acceptor's proof that it holds `token`, on a
+    /// connection of the communicator whose store prefix hashes to
+    /// `prefix_hash`, from the client rank to rank `target`.
+    pub(crate) fn mesh_server_proof(
+        &self,
+        token: &Token,
+        prefix_hash: u64,
+        target: u64,
+    ) -> [u8; PROOF] {
+        self.mac_in(
+            token,
+            SERVER_LABEL,
             &[
-                label,
-                MAGIC,
-                &[VERSION],
-                &self.client_nonce,
-                &self.server_nonce,
-                &self.rank.to_le_bytes(),
-                &self.world.to_le_bytes(),
+                MESH_DOMAIN,
+                &prefix_hash.to_le_bytes(),
+                &target.to_le_bytes(),
+            ],
+        )
+    }
+
+    /// The TCP transport's dialling rank's proof (see
+    /// [`Transcript::mesh_server_proof`]).
+    pub(crate) fn mesh_client_proof(
+        &self,
+        token: &Token,
+        prefix_hash: u64,
+        target: u64,
+    ) -> [u8; PROOF] {
+        self.mac_in(
+            token,
+            CLIENT_LABEL,
+            &[
+                MESH_DOMAIN,
+                &prefix_hash.to_le_bytes(),
+                &target.to_le_bytes(),
             ],
         )
     }
@@ -70,7 +127,7 @@ impl Transcript {
 
 /// Compares without stopping at the first differing byte, so response timing
 /// does not reveal how much of a forged proof was right.
-pub(super) fn same(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
@@ -152,6 +209,16 @@ mod tests {
         for other in changed {
             assert_ne!(base, other.server_proof(&token));
         }
+        // The transport's hello is another domain: no proof carries over.
+        assert_ne!(base, t.mesh_server_proof(&token, 0, 0));
+        assert_ne!(
+            t.mesh_server_proof(&token, 1, 0),
+            t.mesh_server_proof(&token, 1, 1)
+        );
+        assert_ne!(
+            t.mesh_server_proof(&token, 1, 0),
+            t.mesh_client_proof(&token, 1, 0)
+        );
         assert!(same(&base, &t.server_proof(&token)));
         assert!(!same(&base, &base[..31]));
         assert_ne!(nonce().unwrap(), nonce().unwrap());

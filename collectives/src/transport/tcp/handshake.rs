@@ -2,6 +2,14 @@
 //! the lower ranks and accepts the higher ones, and each pair of ranks swaps a
 //! hello that proves both belong to the same job and communicator (see the
 //! [module docs](super) for the order of steps).
+//!
+//! The proof is the store's challenge–response
+//! ([`crate::rendezvous::store::proof`]): the dialer sends a fresh nonce, the
+//! acceptor answers with its own nonce and its proof of the job token over
+//! both, and only if that checks out does the dialer send its proof. The
+//! token itself never crosses the network, so whatever listens where a rank
+//! dials (a squatter on a reused port, a stale address) learns nothing it
+//! could use.
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -15,6 +23,8 @@ use super::TransportOptions;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::rendezvous::Store;
+use crate::rendezvous::store::Token;
+use crate::rendezvous::store::proof::{self, PROOF, Transcript};
 use crate::sys::dial::{self, DialError, Redial};
 use crate::sys::{is_timeout, wait_readable};
 
@@ -37,7 +47,8 @@ const REDIAL: Redial = Redial {
 };
 
 const HELLO_MAGIC: u32 = 0x5254_4350; // "RTCP"
-const HELLO_VERSION: u32 = 1;
+/// Version 2: nonces and proofs instead of the token itself.
+const HELLO_VERSION: u32 = 2;
 const HELLO_LEN: usize = 48;
 
 /// Hello reply status codes.
@@ -62,7 +73,7 @@ pub(super) fn connect_mesh(
     let me = HelloCtx {
         rank,
         world_size,
-        token: opts.token,
+        token: Token::from_bytes(opts.token),
         prefix_hash: fnv1a(opts.prefix.as_bytes()),
     };
 
@@ -74,56 +85,22 @@ pub(super) fn connect_mesh(
 
     let mut peers: Vec<Option<Peer>> = (0..world_size).map(|_| None).collect();
 
-    // 1. Dial every lower rank and send our hello; their replies come last,
-    //    so we never wait on a lower rank's own dialling.
-    let mut dialled = Vec::with_capacity(rank);
-    for j in 0..rank {
+    // 1. Dial every lower rank and run the whole hello with it. A lower rank
+    //    accepts once it has dialled its own lower ranks, so the waits form a
+    //    chain down to rank 0, which dials no one: never a cycle.
+    for (j, slot) in peers.iter_mut().enumerate().take(rank) {
         let raw = store.get(&addr_key(&opts.prefix, j))?;
         let addr = parse_addr(j, &raw)?;
-        let mut stream = dial(addr, j, &deadline)?;
-        let hello = Hello {
-            rank: rank as u32,
-            world: world_size as u32,
-            target: j as u32,
-            status: ST_OK,
-            token: me.token,
-            prefix_hash: me.prefix_hash,
-        };
-        set_io_timeouts(&stream, &deadline)?;
-        stream.write_all(&hello.encode()).map_err(|e| {
-            handshake_error(e, &deadline, || {
-                format!("sending our hello to rank {j} at {addr}")
-            })
-        })?;
-        dialled.push((j, addr, stream));
+        let stream = dial(addr, j, &deadline)?;
+        *slot = Some(Peer {
+            stream: hello_as_dialer(&me, j, addr, stream, &deadline)?,
+            out_partial: 0,
+        });
     }
 
     // 2. Accept every higher rank.
     accept_all(&listener, local, &me, &mut peers, &deadline)?;
     drop(listener);
-
-    // 3. Read the lower ranks' answers.
-    for (j, addr, mut stream) in dialled {
-        set_io_timeouts(&stream, &deadline)?;
-        let mut buf = [0u8; HELLO_LEN];
-        stream.read_exact(&mut buf).map_err(|e| {
-            if e.kind() == io::ErrorKind::UnexpectedEof {
-                Error::Rendezvous(format!(
-                    "rank {j} at {addr} closed the connection without answering our hello \
-                         (the process there is not a ringside rank of this job)"
-                ))
-            } else {
-                handshake_error(e, &deadline, || {
-                    format!("rank {j} at {addr} to answer our hello")
-                })
-            }
-        })?;
-        check_reply(&me, j, addr, &buf)?;
-        peers[j] = Some(Peer {
-            stream,
-            out_partial: 0,
-        });
-    }
 
     for peer in peers.iter().flatten() {
         peer.stream
@@ -131,6 +108,82 @@ pub(super) fn connect_mesh(
             .map_err(|e| Error::io("making a peer socket non-blocking", e))?;
     }
     Ok(peers)
+}
+
+/// Our side of the hello with lower rank `j` at `addr`: our nonce out, its
+/// reply and proof in, our proof out, its verdict in.
+fn hello_as_dialer(
+    me: &HelloCtx,
+    j: usize,
+    addr: SocketAddr,
+    mut stream: TcpStream,
+    deadline: &Deadline,
+) -> Result<TcpStream> {
+    set_io_timeouts(&stream, deadline)?;
+    let client_nonce = proof::nonce()?;
+    let hello = Hello {
+        rank: me.rank as u32,
+        world: me.world_size as u32,
+        target: j as u32,
+        status: ST_OK,
+        nonce: client_nonce,
+        prefix_hash: me.prefix_hash,
+    };
+    stream.write_all(&hello.encode()).map_err(|e| {
+        handshake_error(e, deadline, || {
+            format!("sending our hello to rank {j} at {addr}")
+        })
+    })?;
+    let mut buf = [0u8; HELLO_LEN + PROOF];
+    stream.read_exact(&mut buf).map_err(|e| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            Error::Rendezvous(format!(
+                "rank {j} at {addr} closed the connection without answering our hello \
+                 (the process there is not a ringside rank of this job)"
+            ))
+        } else {
+            handshake_error(e, deadline, || {
+                format!("rank {j} at {addr} to answer our hello")
+            })
+        }
+    })?;
+    let mut head = [0u8; HELLO_LEN];
+    head.copy_from_slice(&buf[..HELLO_LEN]);
+    let reply = check_reply(me, j, addr, &head)?;
+    let t = Transcript {
+        client_nonce,
+        server_nonce: reply.nonce,
+        rank: me.rank as u64,
+        world: me.world_size as u64,
+    };
+    let expected = t.mesh_server_proof(&me.token, me.prefix_hash, j as u64);
+    if !proof::same(&expected, &buf[HELLO_LEN..]) {
+        return Err(Error::Rendezvous(format!(
+            "rank {j} at {addr} did not prove it holds this job's token (a rank of another \
+             job, or something else listening there); nothing secret was sent to it"
+        )));
+    }
+    let ours = t.mesh_client_proof(&me.token, me.prefix_hash, j as u64);
+    let mut verdict = [0u8; 4];
+    stream
+        .write_all(&ours)
+        .and_then(|()| stream.read_exact(&mut verdict))
+        .map_err(|e| {
+            handshake_error(e, deadline, || {
+                format!("rank {j} at {addr} to take our proof of the job token")
+            })
+        })?;
+    match u32::from_le_bytes(verdict) {
+        ST_OK => Ok(stream),
+        ST_BAD_TOKEN => Err(Error::Rendezvous(format!(
+            "rank {j} at {addr} rejected rank {}'s proof of the job token: the two ranks \
+             were started with different job tokens",
+            me.rank
+        ))),
+        s => Err(Error::Rendezvous(format!(
+            "rank {j} at {addr} answered our proof with unknown status {s}"
+        ))),
+    }
 }
 
 fn addr_key(prefix: &str, rank: usize) -> String {
@@ -227,12 +280,12 @@ fn handshake_error(e: io::Error, deadline: &Deadline, what: impl FnOnce() -> Str
 struct HelloCtx {
     rank: usize,
     world_size: usize,
-    token: [u8; 16],
+    token: Token,
     prefix_hash: u64,
 }
 
 /// The 48-byte hello, used both ways: the dialer's request (`status` 0) and the
-/// acceptor's reply.
+/// acceptor's reply (followed by its proof, [`PROOF`] bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Hello {
     pub(super) rank: u32,
@@ -240,7 +293,8 @@ pub(super) struct Hello {
     /// The rank the sender meant to reach.
     pub(super) target: u32,
     pub(super) status: u32,
-    pub(super) token: [u8; 16],
+    /// The sender's fresh nonce (zero in a refusal).
+    pub(super) nonce: [u8; 16],
     pub(super) prefix_hash: u64,
 }
 
@@ -249,7 +303,7 @@ impl Hello {
         let mut b = [0u8; HELLO_LEN];
         b[0..4].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
         b[4..8].copy_from_slice(&HELLO_VERSION.to_le_bytes());
-        b[8..24].copy_from_slice(&self.token);
+        b[8..24].copy_from_slice(&self.nonce);
         b[24..28].copy_from_slice(&self.rank.to_le_bytes());
         b[28..32].copy_from_slice(&self.world.to_le_bytes());
         b[32..36].copy_from_slice(&self.target.to_le_bytes());
@@ -270,12 +324,12 @@ impl Hello {
                 word(4)
             ));
         }
-        let mut token = [0u8; 16];
-        token.copy_from_slice(&b[8..24]);
+        let mut nonce = [0u8; 16];
+        nonce.copy_from_slice(&b[8..24]);
         let mut hash = [0u8; 8];
         hash.copy_from_slice(&b[40..48]);
         Ok(Hello {
-            token,
+            nonce,
             rank: word(24),
             world: word(28),
             target: word(32),
@@ -330,25 +384,15 @@ fn accept_all(
         let hello = match Hello::decode(&buf) {
             Ok(h) => h,
             Err(why) => {
-                // A stranger (or another version): it does not get our token.
                 if why.contains("version") {
-                    reply(&mut stream, me, 0, ST_BAD_VERSION);
+                    refuse(&mut stream, me, 0, ST_BAD_VERSION);
                 }
                 turned_away.push(format!("{from} ({why})"));
                 continue;
             }
         };
         let r = hello.rank as usize;
-        let (status, fatal, why) = if hello.token != me.token {
-            (
-                ST_BAD_TOKEN,
-                false,
-                format!(
-                    "{from} claimed to be rank {r} but presented a different job token \
-                     (a rank of another job?)"
-                ),
-            )
-        } else if hello.prefix_hash != me.prefix_hash {
+        let (status, fatal, why) = if hello.prefix_hash != me.prefix_hash {
             (
                 ST_BAD_PREFIX,
                 false,
@@ -397,7 +441,21 @@ fn accept_all(
         } else {
             (ST_OK, false, String::new())
         };
-        reply(&mut stream, me, hello.rank, status);
+        let status = if status == ST_OK {
+            match prove_to_dialer(&mut stream, me, &hello) {
+                Ok(()) => ST_OK,
+                Err(e) => {
+                    turned_away.push(format!(
+                        "{from} claimed to be rank {r} but did not prove it holds the job \
+                         token (a rank of another job?): {e}"
+                    ));
+                    continue;
+                }
+            }
+        } else {
+            refuse(&mut stream, me, hello.rank, status);
+            status
+        };
         if status == ST_OK {
             peers[r] = Some(Peer {
                 stream,
@@ -416,19 +474,65 @@ fn accept_all(
     Ok(())
 }
 
-/// Best-effort hello reply; the token goes out only on success, so a stranger
-/// never learns it.
-fn reply(stream: &mut TcpStream, me: &HelloCtx, target: u32, status: u32) {
+/// Best-effort refusal: a hello with `status`, no nonce and no proof.
+fn refuse(stream: &mut TcpStream, me: &HelloCtx, target: u32, status: u32) {
     let hello = Hello {
         rank: me.rank as u32,
         world: me.world_size as u32,
         target,
         status,
-        token: if status == ST_OK { me.token } else { [0; 16] },
-        prefix_hash: if status == ST_OK { me.prefix_hash } else { 0 },
+        nonce: [0; 16],
+        prefix_hash: 0,
     };
+    let mut b = [0u8; HELLO_LEN + PROOF];
+    b[..HELLO_LEN].copy_from_slice(&hello.encode());
     // A failure shows up on the dialer's side, which reads this reply.
-    let _ = stream.write_all(&hello.encode());
+    let _ = stream.write_all(&b);
+}
+
+/// The acceptor's side of an acceptable hello: our nonce and proof out
+/// first, the dialer's proof in, our verdict out. `Err` says why the dialer
+/// failed (it is then turned away, and told so when it is still there).
+fn prove_to_dialer(
+    stream: &mut TcpStream,
+    me: &HelloCtx,
+    hello: &Hello,
+) -> std::result::Result<(), String> {
+    let server_nonce = proof::nonce().map_err(|e| e.to_string())?;
+    let t = Transcript {
+        client_nonce: hello.nonce,
+        server_nonce,
+        rank: u64::from(hello.rank),
+        world: u64::from(hello.world),
+    };
+    let answer = Hello {
+        rank: me.rank as u32,
+        world: me.world_size as u32,
+        target: hello.rank,
+        status: ST_OK,
+        nonce: server_nonce,
+        prefix_hash: me.prefix_hash,
+    };
+    let mut b = [0u8; HELLO_LEN + PROOF];
+    b[..HELLO_LEN].copy_from_slice(&answer.encode());
+    b[HELLO_LEN..].copy_from_slice(&t.mesh_server_proof(&me.token, me.prefix_hash, me.rank as u64));
+    stream
+        .write_all(&b)
+        .map_err(|e| format!("sending our proof: {e}"))?;
+    let mut theirs = [0u8; PROOF];
+    stream
+        .read_exact(&mut theirs)
+        .map_err(|e| format!("no proof came back: {e}"))?;
+    let ok = proof::same(
+        &theirs,
+        &t.mesh_client_proof(&me.token, me.prefix_hash, me.rank as u64),
+    );
+    let verdict = if ok { ST_OK } else { ST_BAD_TOKEN };
+    let sent = stream.write_all(&verdict.to_le_bytes());
+    if !ok {
+        return Err("its proof does not match this job's token".into());
+    }
+    sent.map_err(|e| format!("sending our verdict: {e}"))
 }
 
 fn accept_timeout(
@@ -458,8 +562,8 @@ fn accept_timeout(
     }
 }
 
-/// Checks rank `j`'s answer to our hello.
-fn check_reply(me: &HelloCtx, j: usize, addr: SocketAddr, buf: &[u8; HELLO_LEN]) -> Result<()> {
+/// Checks rank `j`'s answer to our hello (its proof is checked after).
+fn check_reply(me: &HelloCtx, j: usize, addr: SocketAddr, buf: &[u8; HELLO_LEN]) -> Result<Hello> {
     let reject = |why: String| Err(Error::Rendezvous(format!("rank {j} at {addr} {why}")));
     let h = match Hello::decode(buf) {
         Ok(h) => h,
@@ -504,9 +608,8 @@ fn check_reply(me: &HelloCtx, j: usize, addr: SocketAddr, buf: &[u8; HELLO_LEN])
         ST_BAD_VERSION => return reject("speaks another hello version".into()),
         s => return reject(format!("refused us with unknown status {s}")),
     }
-    // The acceptor proves it belongs to the job too.
-    if h.token != me.token || h.prefix_hash != me.prefix_hash {
-        return reject("answered with a different job token or store prefix".into());
+    if h.prefix_hash != me.prefix_hash {
+        return reject("answered for another communicator (its store prefix differs)".into());
     }
     if h.rank as usize != j || h.world as usize != me.world_size || h.target as usize != me.rank {
         return reject(format!(
@@ -514,5 +617,5 @@ fn check_reply(me: &HelloCtx, j: usize, addr: SocketAddr, buf: &[u8; HELLO_LEN])
             h.rank, h.world, h.target, me.world_size, me.rank
         ));
     }
-    Ok(())
+    Ok(h)
 }

@@ -4,14 +4,17 @@
 //! Every rank listens on `listen_ip` (port 0, so the OS picks a free port) and
 //! publishes `"{prefix}tcp/{rank}"` = `"ip:port"` in the store. Rank `i` dials
 //! every rank `j < i` and accepts every rank `j > i`, so each pair gets exactly
-//! one connection. Each dial is pipelined: we send our hello to all lower ranks
-//! first, then accept the higher ranks, then read the lower ranks' replies, so
-//! no rank waits on a chain of other ranks' handshakes.
+//! one connection. A rank runs the whole hello with each lower rank in turn,
+//! then accepts the higher ranks; a rank accepts once it has finished with its
+//! own lower ranks, so the waits form chains down to rank 0, never a cycle.
 //!
-//! The hello carries the job token, a hash of the store prefix, the world size,
-//! the sender's rank and the rank it meant to reach. The acceptor checks it and
-//! answers with its own hello (token included only once the dialer has proven
-//! it knows it). A stranger, another job's rank or a stale address is turned
+//! The hello carries a fresh nonce, a hash of the store prefix, the world
+//! size, the sender's rank and the rank it meant to reach. The acceptor checks
+//! it and answers with its own hello, nonce and proof that it holds the job
+//! token; the dialer checks that proof and only then sends its own (the
+//! store's challenge–response, `rendezvous/store/proof.rs`): the token never
+//! crosses the network, so whatever listens where a rank dials learns nothing
+//! it could use. A stranger, another job's rank or a stale address is turned
 //! away with a reason the other side prints; the acceptor keeps waiting for the
 //! real peer and, if it never comes, says whom it turned away.
 //!

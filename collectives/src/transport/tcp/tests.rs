@@ -554,7 +554,7 @@ fn hello_round_trips() {
         world: 8,
         target: 1,
         status: ST_BAD_WORLD,
-        token: TOKEN,
+        nonce: TOKEN,
         prefix_hash: fnv1a(b"x/"),
     };
     assert_eq!(Hello::decode(&h.encode()), Ok(h));
@@ -668,4 +668,52 @@ fn bench_loopback() {
             gbps[0], gbps[1], gbps[2]
         );
     }
+}
+
+/// The hello sent the job token in clear: a squatter listening where rank 1
+/// dials rank 0 (rank 0's port reused, a stale address) learned it. Now it
+/// gets a nonce and a rank, and rank 1 refuses it for lacking the proof.
+#[test]
+fn a_squatter_where_a_rank_dials_learns_nothing_usable() {
+    let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let store = MemStore::new(Duration::from_secs(5));
+    store
+        .set(
+            "test/tcp/0",
+            squatter.local_addr().unwrap().to_string().as_bytes(),
+        )
+        .unwrap();
+    let (heard, e) = std::thread::scope(|s| {
+        let listen = s.spawn(|| {
+            let (mut c, _) = squatter.accept().unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let mut hello = [0u8; 48];
+            std::io::Read::read_exact(&mut c, &mut hello).unwrap();
+            // Answer as a ringside rank would, with a made-up nonce and proof.
+            let mut fake = Hello::decode(&hello).unwrap();
+            (fake.rank, fake.target) = (0, fake.rank);
+            let mut reply = fake.encode().to_vec();
+            reply.extend([0x5a; 32]);
+            c.write_all(&reply).unwrap();
+            let mut rest = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut c, &mut rest);
+            [hello.to_vec(), rest].concat()
+        });
+        let e = TcpTransport::connect(&store, 1, 2, &opts(Duration::from_secs(3))).unwrap_err();
+        (listen.join().unwrap(), e)
+    });
+    let msg = e.to_string();
+    assert!(
+        msg.contains("did not prove it holds this job's token"),
+        "{msg}"
+    );
+    assert_eq!(
+        heard.len(),
+        48,
+        "rank 1 sent more than its hello: {heard:?}"
+    );
+    assert!(
+        !heard.windows(TOKEN.len()).any(|w| w == TOKEN),
+        "the token crossed the network"
+    );
 }
