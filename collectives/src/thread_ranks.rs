@@ -26,12 +26,29 @@ pub fn with_ranks<T: Send>(
     timeout: Duration,
     body: impl Fn(usize, ReferenceComm) -> T + Sync,
 ) -> Result<Vec<T>> {
+    with_ranks_idle(world, kind, timeout, None, body)
+}
+
+/// [`with_ranks`] with the flight recorder's idle limit set (`None`:
+/// `RINGSIDE_IDLE_LIMIT`, else as long as the timeout, as for launched jobs).
+pub(crate) fn with_ranks_idle<T: Send>(
+    world: usize,
+    kind: TransportKind,
+    timeout: Duration,
+    idle_limit: Option<Duration>,
+    body: impl Fn(usize, ReferenceComm) -> T + Sync,
+) -> Result<Vec<T>> {
     // One token for the whole world; the store is private to this call.
     let mut opts = Options::new([7; 16])?;
     let timeout = if std::env::var_os("RINGSIDE_TIMEOUT").is_some() {
         timeout.min(opts.timeout)
     } else {
         timeout
+    };
+    opts.flight.idle_limit = match idle_limit {
+        Some(limit) => limit,
+        None if std::env::var_os("RINGSIDE_IDLE_LIMIT").is_some() => opts.flight.idle_limit,
+        None => timeout,
     };
     let store = Arc::new(MemStore::new(timeout));
     opts.transport = kind;

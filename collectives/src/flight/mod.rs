@@ -43,6 +43,10 @@ use board::{Board, Picture, RankState, Where};
 pub const HISTORY_LEN: usize = 32;
 /// The notice time when `RINGSIDE_NOTICE` is unset.
 pub const DEFAULT_NOTICE: Duration = Duration::from_secs(5);
+
+/// The idle limit when neither `RINGSIDE_IDLE_LIMIT` nor a job's timeout says
+/// otherwise: the shared flags' default timeout.
+pub const DEFAULT_IDLE_LIMIT: Duration = Duration::from_secs(120);
 /// How long after a first look at the other ranks a second look may confirm
 /// a deadlock: a wait that was still the same wait a second later is stuck.
 const CONFIRM_AFTER: Duration = Duration::from_secs(1);
@@ -57,9 +61,12 @@ pub struct FlightSettings {
     pub notice: Duration,
     /// A rank we wait on that has been in no collective this long, while our
     /// wait has lasted the notice time, fails the wait at once: the ranks
-    /// disagree on the calls (`RINGSIDE_IDLE_LIMIT` seconds; the notice time
-    /// by default). Raise it for a job in which a rank works alone for long
-    /// on purpose (rank 0 saving a large checkpoint while the others wait).
+    /// disagree on the calls (`RINGSIDE_IDLE_LIMIT` seconds). By default as
+    /// long as the job's timeout ([`DEFAULT_IDLE_LIMIT`] before a job sets
+    /// it): a training job's rank 0 may save a checkpoint or evaluate alone for
+    /// minutes while the others wait, as under PyTorch, and that is not a bug.
+    /// The labs set 4 s, so a learner's collective on one rank is named within
+    /// the notice.
     pub idle_limit: Duration,
     /// A failed call prints this rank's [`LINE_MARK`] line to stderr, for the
     /// launcher's hang table ([`crate::job::communicator`] sets it: the rank
@@ -84,7 +91,7 @@ impl FlightSettings {
             Err(_) => true,
         };
         let notice = seconds_var("RINGSIDE_NOTICE")?.unwrap_or(DEFAULT_NOTICE);
-        let idle_limit = seconds_var("RINGSIDE_IDLE_LIMIT")?.unwrap_or(notice);
+        let idle_limit = seconds_var("RINGSIDE_IDLE_LIMIT")?.unwrap_or(DEFAULT_IDLE_LIMIT);
         Ok(FlightSettings {
             enabled,
             notice,

@@ -189,9 +189,10 @@ impl ConnectArgs {
         opts.timeout = self.timeout()?;
         opts.flight.notice = self.wait.notice()?;
         opts.debug_collectives |= self.wait.debug_collectives;
-        // The idle limit follows the notice unless it was set apart.
+        // A rank may work alone as long as any wait may last unless the
+        // limit was set apart (the labs set it short).
         if std::env::var_os("RINGSIDE_IDLE_LIMIT").is_none() {
-            opts.flight.idle_limit = opts.flight.notice;
+            opts.flight.idle_limit = opts.timeout;
         }
         opts.prefix = prefix.to_owned();
         connect_with(rdv, backend, &opts)

@@ -37,12 +37,18 @@ use std::process::{Command, ExitStatus, Output, Stdio};
 /// the reference solution instead of the learner's exercise. Read by `labkit`.
 pub const SOLUTION_ENV: &str = "RINGSIDE_LAB_SOLUTION";
 
-/// What a lab's program and self-check get for `RINGSIDE_TIMEOUT` and
-/// `RINGSIDE_NOTICE` unless the learner set them: a learner's hang is named
-/// after 5 s of waiting and ends within 30 s, not after the library's
+/// What a lab's program and self-check get for `RINGSIDE_TIMEOUT`,
+/// `RINGSIDE_NOTICE` and `RINGSIDE_IDLE_LIMIT` unless the learner set them: a
+/// learner's hang is named after 4 s of waiting (a collective called on one
+/// rank only, within 5 s) and ends within 30 s, not after the library's
 /// minutes-long defaults (issue 25: lab 6 printed nothing for two minutes).
-pub const LAB_ENV_DEFAULTS: [(&str, &str); 2] =
-    [("RINGSIDE_TIMEOUT", "30"), ("RINGSIDE_NOTICE", "5")];
+/// Outside the labs a rank may work alone as long as the timeout (a
+/// checkpoint save), so the short idle limit is the labs' alone.
+pub const LAB_ENV_DEFAULTS: [(&str, &str); 3] = [
+    ("RINGSIDE_TIMEOUT", "30"),
+    ("RINGSIDE_NOTICE", "4"),
+    ("RINGSIDE_IDLE_LIMIT", "4"),
+];
 
 /// What a self-check gets besides: ranks that call different collectives on
 /// Gloo, MPI or NCCL are named before the call. Not in runs, whose figures

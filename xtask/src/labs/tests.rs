@@ -203,14 +203,15 @@ fn labs_run_with_a_short_timeout_unless_the_learner_set_one() {
     };
     let none = envs(false, &|_| false);
     assert!(none.contains(&("RINGSIDE_TIMEOUT".into(), Some("30".into()))));
-    assert!(none.contains(&("RINGSIDE_NOTICE".into(), Some("5".into()))));
+    assert!(none.contains(&("RINGSIDE_NOTICE".into(), Some("4".into()))));
+    assert!(none.contains(&("RINGSIDE_IDLE_LIMIT".into(), Some("4".into()))));
     // The store-based desync check is for checks only: it would skew a run's figures.
     assert!(none.iter().all(|(k, _)| k != "RINGSIDE_DEBUG_COLLECTIVES"));
     let check = envs(true, &|_| false);
     assert!(check.contains(&("RINGSIDE_DEBUG_COLLECTIVES".into(), Some("1".into()))));
     let learner = envs(false, &|k| k == "RINGSIDE_TIMEOUT");
     assert!(learner.iter().all(|(k, _)| k != "RINGSIDE_TIMEOUT"));
-    assert!(learner.contains(&("RINGSIDE_NOTICE".into(), Some("5".into()))));
+    assert!(learner.contains(&("RINGSIDE_NOTICE".into(), Some("4".into()))));
 }
 
 /// After `kill -9` of lab 8 its namespaces, bridge and veths stayed until the
