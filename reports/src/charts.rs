@@ -37,6 +37,11 @@ pub struct ChartOptions {
     /// A TTF/OTF file for all chart text; `None` (the default) draws with
     /// [`EMBEDDED_FONT`] and reads no file.
     pub font: Option<PathBuf>,
+    /// Draw the fitted cost model over the measurements (its curves, its
+    /// breaks, the residuals chart). The report explains them beside the
+    /// chart; a lab's chart in the book does not, and at the book's width
+    /// the break labels were unreadable, so labs turn this off.
+    pub models: bool,
 }
 
 impl Default for ChartOptions {
@@ -45,6 +50,7 @@ impl Default for ChartOptions {
             width: 960,
             height: 560,
             font: None,
+            models: true,
         }
     }
 }
@@ -980,6 +986,8 @@ pub(crate) fn prepare(opts: &ChartOptions) -> Result<()> {
 /// drawn is listed in [`Drawn::failed`] and the others are still drawn.
 pub fn render_charts(ds: &Dataset, fits: &[SeriesFit], opts: &ChartOptions) -> Result<Drawn> {
     prepare(opts)?;
+    // Without the models, no curve, break or residual is drawn.
+    let fits = if opts.models { fits } else { &[] };
     let mut drawn = Drawn::default();
     for collective in ds.collectives() {
         if let Some(plots) = plots_for(ds, fits, collective) {
@@ -1132,6 +1140,31 @@ mod tests {
         assert!(drawn.failed.is_empty(), "{:?}", drawn.failed);
         // Text is drawn as text in the SVG and as glyphs in the PNG.
         assert!(drawn.charts[0].svg.contains("median time per call"));
+    }
+
+    /// Lab 1's and lab 6's latency charts carried the report's "regime
+    /// model" curves and break labels, unexplained and unreadable in the book.
+    #[test]
+    fn lab_charts_carried_the_reports_regime_model_annotations() {
+        let ds = two_regime_dataset();
+        let fits = fit_dataset(&ds);
+        let plain = ChartOptions {
+            models: false,
+            ..ChartOptions::default()
+        };
+        let drawn = render_charts(&ds, &fits, &plain).unwrap();
+        let latency = drawn
+            .charts
+            .iter()
+            .find(|c| c.stem == "latency-all_reduce")
+            .expect("a latency chart");
+        assert!(!latency.svg.contains("regime model"), "model legend drawn");
+        assert!(
+            !drawn.charts.iter().any(|c| c.stem.starts_with("residual")),
+            "a residuals chart without a model"
+        );
+        let with = render_charts(&ds, &fits, &ChartOptions::default()).unwrap();
+        assert!(with.charts.iter().any(|c| c.svg.contains("regime model")));
     }
 
     #[test]

@@ -68,7 +68,11 @@ impl Run {
     pub fn finish(self) -> Result<PathBuf, LabError> {
         let dir = self.folder.dir();
         let results = dir.join("results.json");
-        match reports::write_report(&[&results], &reports::ReportOptions::new(dir)) {
+        let mut opts = reports::ReportOptions::new(dir);
+        // A lab's chart is read in the book, where nothing explains the
+        // report's fitted model: the measurements alone.
+        opts.charts.models = false;
+        match reports::write_report(&[&results], &opts) {
             Ok(_) => {}
             // A write error as measure's, whose message carries the cause once
             // (reports' repeats it as its source, printed again by `{:#}`).
