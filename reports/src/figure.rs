@@ -1,10 +1,11 @@
-//! A lab's own figures ([`measure::Figure`]): lines on linear axes, or stacked
+//! A lab's own figures ([`measure::Figure`]): lines (a log x axis where x spans
+//! two decades or more, linear otherwise), or stacked
 //! bars, drawn with the same font, palette and SVG/PNG pair as the bench charts.
 
 use std::ops::Range;
 
 use plotters::coord::Shift;
-use plotters::coord::ranged1d::{KeyPointHint, NoDefaultFormatting, ValueFormatter};
+use plotters::coord::ranged1d::{AsRangedCoord, KeyPointHint, NoDefaultFormatting, ValueFormatter};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
@@ -65,19 +66,51 @@ fn chart_builder<'a, 'b, DB: DrawingBackend>(
     b
 }
 
+/// Whether `xs` span two decades or more, all positive: then a linear axis
+/// piles the small ones at zero (lab 7's bucket sweep from 16 KiB to 25 MiB,
+/// lab 6's α–β chart), and the x axis is logarithmic.
+fn spans_decades(xs: impl Iterator<Item = f64> + Clone) -> bool {
+    let lo = xs.clone().fold(f64::INFINITY, f64::min);
+    let hi = xs.fold(f64::NEG_INFINITY, f64::max);
+    lo > 0.0 && hi.is_finite() && hi / lo >= 100.0
+}
+
 fn draw_lines<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Figure) -> Result<(), String> {
+    let points = || f.series.iter().flat_map(|s| s.points.iter());
+    if spans_decades(points().map(|p| p[0])) {
+        let lo = points().map(|p| p[0]).fold(f64::INFINITY, f64::min);
+        let hi = points().map(|p| p[0]).fold(f64::NEG_INFINITY, f64::max);
+        charts::check_axis("x", lo, hi, true)?;
+        let x_desc = format!("{} (log)", f.x_label);
+        draw_lines_on(root, f, (lo / 1.15..hi * 1.15).log_scale(), &x_desc)
+    } else {
+        let (x0, x1) = range(points().map(|p| p[0]));
+        charts::check_axis("x", x0, x1, false)?;
+        draw_lines_on(root, f, x0..x1, &f.x_label)
+    }
+}
+
+fn draw_lines_on<DB, X>(
+    root: &DrawingArea<DB, Shift>,
+    f: &Figure,
+    x: X,
+    x_desc: &str,
+) -> Result<(), String>
+where
+    DB: DrawingBackend,
+    X: AsRangedCoord<Value = f64>,
+    X::CoordDescType: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
     let s = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     let points = || f.series.iter().flat_map(|s| s.points.iter());
-    let (x0, x1) = range(points().map(|p| p[0]));
     let (y0, y1) = range(points().map(|p| p[1]));
-    charts::check_axis("x", x0, x1, false)?;
     charts::check_axis("y", y0, y1, false)?;
     let mut chart = chart_builder(root, &f.title)
-        .build_cartesian_2d(x0..x1, y0..y1)
+        .build_cartesian_2d(x, y0..y1)
         .map_err(s)?;
     chart
         .configure_mesh()
-        .x_desc(f.x_label.as_str())
+        .x_desc(x_desc)
         .y_desc(f.y_label.as_str())
         .x_label_formatter(&|v| sig3(*v))
         .y_label_formatter(&|v| sig3(*v))
@@ -252,6 +285,39 @@ mod tests {
 
     fn opts() -> ChartOptions {
         ChartOptions::default()
+    }
+
+    /// Lab 7's bucket sweep (16 KiB to 25 MiB) piled its small buckets at
+    /// zero on a linear axis: x spanning decades is drawn on a log axis.
+    #[test]
+    fn bucket_sweep_from_16k_to_25m_piled_at_zero_on_a_linear_axis() {
+        let sweep = Figure::lines("buckets", "Exposed communication", "bucket (bytes)", "ms").with(
+            FigureSeries::measured(
+                "exposed",
+                vec![[16384.0, 1.0], [262144.0, 0.8], [26214400.0, 2.0]],
+            ),
+        );
+        let c = render_figure(&sweep, &opts()).unwrap();
+        assert!(c.svg.contains("bucket (bytes) (log)"), "no log axis label");
+        // The three points' circles: on a log axis the middle one sits near the
+        // middle of the plot, not against the left edge.
+        let xs: Vec<f64> = c
+            .svg
+            .split("<circle")
+            .skip(1)
+            .filter_map(|t| t.split("cx=\"").nth(1)?.split('"').next()?.parse().ok())
+            .collect();
+        assert_eq!(xs.len(), 3, "{xs:?}");
+        let frac = (xs[1] - xs[0]) / (xs[2] - xs[0]);
+        assert!(
+            (0.25..0.6).contains(&frac),
+            "middle point at {frac} of the span"
+        );
+        assert!(!spans_decades([1.0, 50.0].into_iter()));
+        assert!(
+            !spans_decades([0.0, 1000.0].into_iter()),
+            "zero cannot go on a log axis"
+        );
     }
 
     #[test]
