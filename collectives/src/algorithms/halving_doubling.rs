@@ -47,7 +47,7 @@ pub fn all_reduce(
                 buf,
                 span(&blocks, give.0, give.1),
                 span(&blocks, keep.0, keep.1),
-            );
+            )?;
             p.sendrecv(
                 partner,
                 out,
@@ -72,7 +72,7 @@ pub fn all_reduce(
                 (lo - width, lo)
             };
             let (out, into) =
-                split_pair(buf, span(&blocks, lo, hi), span(&blocks, other.0, other.1));
+                split_pair(buf, span(&blocks, lo, hi), span(&blocks, other.0, other.1))?;
             p.sendrecv(partner, out, partner, Sink::Copy(into))?;
             (lo, hi) = (lo.min(other.0), hi.max(other.1));
             d *= 2;

@@ -149,15 +149,42 @@ pub fn partition(count: usize, parts: usize, esize: usize) -> Vec<Range<usize>> 
         .collect()
 }
 
-/// Borrows `buf[src]` shared and `buf[dst]` mutably; the ranges must not overlap.
-pub fn split_pair(buf: &mut [u8], src: Range<usize>, dst: Range<usize>) -> (&[u8], &mut [u8]) {
-    if src.start >= dst.end {
+/// Borrows `buf[src]` shared and `buf[dst]` mutably at once.
+///
+/// Overlapping ranges or ranges past the end of `buf` are an
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming both, not a
+/// panic: lab 6's learners call this with block indices of their own, and a
+/// wrong index must read as "you sent and received the same block", not as a
+/// slice-index panic inside a rank thread that leaves its peers waiting.
+pub fn split_pair(
+    buf: &mut [u8],
+    src: Range<usize>,
+    dst: Range<usize>,
+) -> crate::error::Result<(&[u8], &mut [u8])> {
+    let len = buf.len();
+    if src.start > src.end || dst.start > dst.end || src.end > len || dst.end > len {
+        return Err(crate::Error::InvalidArgument(format!(
+            "split_pair: byte ranges {src:?} (send) and {dst:?} (receive) must lie within \
+             the buffer's {len} bytes"
+        )));
+    }
+    // Two empty ranges never overlap, wherever they start.
+    if !src.is_empty() && !dst.is_empty() && src.start < dst.end && dst.start < src.end {
+        return Err(crate::Error::InvalidArgument(format!(
+            "split_pair: byte ranges {src:?} (send) and {dst:?} (receive) overlap: \
+             the block you send and the block you receive into must be different blocks"
+        )));
+    }
+    if src.is_empty() {
+        return Ok((&[], &mut buf[dst]));
+    }
+    Ok(if src.start >= dst.end {
         let (lo, hi) = buf.split_at_mut(src.start);
         (&hi[..src.len()], &mut lo[dst])
     } else {
         let (lo, hi) = buf.split_at_mut(dst.start);
         (&lo[src], &mut hi[..dst.len()])
-    }
+    })
 }
 
 /// `(a - b) mod n` for ranks and block indices.
@@ -179,11 +206,29 @@ mod tests {
     #[test]
     fn split_pair_either_order() {
         let mut b: Vec<u8> = (0..10).collect();
-        let (s, d) = split_pair(&mut b, 6..8, 1..3);
+        let (s, d) = split_pair(&mut b, 6..8, 1..3).unwrap();
         assert_eq!(s, &[6, 7]);
         d[0] = 99;
-        let (s, d) = split_pair(&mut b, 0..2, 4..5);
+        let (s, d) = split_pair(&mut b, 0..2, 4..5).unwrap();
         assert_eq!(s, &[0, 99]);
         assert_eq!(d, &[4]);
+        let (s, d) = split_pair(&mut b, 4..4, 0..8).unwrap();
+        assert!(s.is_empty());
+        assert_eq!(d.len(), 8);
+    }
+
+    /// Lab 6: a learner who sends and receives the same block got a slice-index
+    /// panic inside a rank thread; now an error that says what overlapped.
+    #[test]
+    fn split_pair_overlapping_or_out_of_range_is_an_error_not_a_panic() {
+        let mut b = vec![0u8; 10];
+        let e = split_pair(&mut b, 2..6, 4..8).unwrap_err().to_string();
+        assert!(
+            e.contains("2..6") && e.contains("4..8") && e.contains("overlap"),
+            "{e}"
+        );
+        let e = split_pair(&mut b, 0..2, 8..12).unwrap_err().to_string();
+        assert!(e.contains("10 bytes"), "{e}");
+        assert!(split_pair(&mut b, 3..3, 3..3).is_ok());
     }
 }

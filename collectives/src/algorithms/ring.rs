@@ -29,7 +29,7 @@ pub fn reduce_scatter_blocks(
     for s in 0..n - 1 {
         let send = blocks[sub_mod(r, s + 1, n)].clone();
         let recv = blocks[sub_mod(r, s + 2, n)].clone();
-        let (out, acc) = split_pair(buf, send, recv);
+        let (out, acc) = split_pair(buf, send, recv)?;
         p.sendrecv(
             right,
             out,
@@ -57,7 +57,7 @@ pub fn all_gather_blocks(
     for s in 0..n - 1 {
         let send = blocks[sub_mod(r, s, n)].clone();
         let recv = blocks[sub_mod(r, s + 1, n)].clone();
-        let (out, into) = split_pair(buf, send, recv);
+        let (out, into) = split_pair(buf, send, recv)?;
         p.sendrecv(right, out, left, Sink::Copy(into))?;
     }
     Ok(())

@@ -35,17 +35,14 @@ impl TrainStep for YourStep {
         batch: &Batch,
         clock: &mut PhaseClock,
     ) -> Result<StepOutput> {
-        // TODO(lab 02): the forward phase: `model.forward(&batch.x)?` gives the
-        // logits `[N, 10]`; `cross_entropy(&logits, &batch.y)?` the mean loss.
-        // (When a step accumulates `batch.accumulate` batches, each loss is
-        // divided by it.) Then the backward phase: `model.backward(&loss)?`
-        // leaves the gradients in the parameters' `.grad`.
-        //
-        // Time each phase: `clock.time(Phase::Forward, || ...)` runs the closure
-        // and adds its time to the step's forward phase (it returns what the
-        // closure returns, so `clock.time(Phase::Forward, || -> Result<_> { ... })?`).
-        //
-        // Return `StepOutput { loss: loss.detach(), logits: logits.detach() }`.
+        // TODO(lab 02): forward, loss, backward. Contract: on return every
+        // parameter's `.grad` holds the gradient of this batch's mean
+        // cross-entropy (divided by `batch.accumulate` when several batches make
+        // one optimizer step), the forward (with the loss) was timed as
+        // `Phase::Forward` and the backward as `Phase::Backward` on `clock`, and
+        // what you return is detached. The check trains 40 steps from the same
+        // seed as trainers' own step and compares the test loss and accuracy.
+        // Which tensor does backward start from? Stuck? `cargo lab hint 2`.
         Err(labkit::todo!(
             2,
             "forward_backward (forward, loss, backward)"
@@ -57,10 +54,11 @@ impl TrainStep for YourStep {
     /// The update from the gradients backward left, then those gradients zeroed
     /// for the next step.
     fn optimizer_step(&mut self, opt: &mut Sgd, clock: &mut PhaseClock) -> Result<()> {
-        // TODO(lab 02): the optimizer phase: `opt.step()?` moves every parameter
-        // against its gradient (SGD with momentum); `opt.zero_grad()` clears the
-        // gradients, or the next backward would add to them. Time it as
-        // `Phase::Optimizer`.
+        // TODO(lab 02): the update. Contract: every parameter moved once by the
+        // optimizer from the gradients the step's batches left, and the next
+        // step's backward starts from no gradient at all; timed as
+        // `Phase::Optimizer`. What does a backward do to a `.grad` that is
+        // already there?
         Err(labkit::todo!(2, "optimizer_step"))
     }
     // ANCHOR_END: optimizer_step

@@ -4,6 +4,7 @@
 //! phase; the reference solution is the step every trainer of `trainers` runs,
 //! [`SgdStep`].
 
+pub mod diagnose;
 pub mod exercise;
 
 use std::path::Path;
@@ -46,12 +47,21 @@ pub fn check_config() -> Baseline {
     }
 }
 
-/// The self-check: trains [`check_config`] with `variant`'s step and with the
+/// The self-check. First [`diagnose`] runs the step once on a tiny model: a
+/// recognised mistake (a phase not timed, gradients not zeroed, ...) fails at
+/// once, named. Then it trains [`check_config`] with `variant`'s step and with the
 /// real one from the same seed on Fashion-MNIST; the training loss must fall and
 /// the test loss and accuracy must match within `compare_steps`' tolerances
 /// (see `trainers::train::baseline::LOSS_TOLERANCE`). Returns the summary.
 pub fn check(variant: Variant) -> anyhow::Result<String> {
     tch::set_num_threads(1);
+    let named = match variant {
+        Variant::Exercise => diagnose::diagnose(&mut exercise::YourStep),
+        Variant::Solution => diagnose::diagnose(&mut SgdStep),
+    };
+    if let Some(named) = named {
+        anyhow::bail!("your step does not do what its contract says:{named}");
+    }
     let (train_set, test_set) = load(Path::new(data::DEFAULT_DIR), 2_000)?;
     let config = check_config();
     let comparison = match variant {

@@ -31,11 +31,10 @@ impl Pieces for YourPieces {
     /// In the parent, before the workers start: copy every parameter's numbers
     /// into its shared tensor (`params[i]` into `shared[i]`).
     fn fill(&self, params: &[Tensor], shared: &[Tensor]) -> Result<()> {
-        // TODO(lab 03): for each pair, copy `p` into `s` in place. Tensors are
-        // handles: `s.shallow_clone()` gives a mutable handle to the same
-        // numbers, and `.f_copy_(p)?` overwrites them. Do it inside
-        // `tch::no_grad(|| ...)`: the parameters require gradients, and this copy
-        // is not part of training.
+        // TODO(lab 03): fill. Contract: afterwards `shared[i]` holds the numbers
+        // of `params[i]`, written into the region (the `shared` tensors' own
+        // memory), and the parameters are unchanged. This is not a training
+        // step: should autograd see it?
         Err(labkit::todo!(3, "fill"))
     }
     // ANCHOR_END: fill
@@ -45,10 +44,10 @@ impl Pieces for YourPieces {
     /// that what the update writes lands in the region, where every worker sees
     /// it.
     fn attach(&self, params: &[Tensor], shared: &[Tensor]) -> Result<()> {
-        // TODO(lab 03): a copy is not enough (the worker would train a private
-        // copy). `p.shallow_clone().f_set_data(s)?` swaps the tensor's storage
-        // for `s`'s while `p` stays the same parameter (the model and autograd
-        // still use it).
+        // TODO(lab 03): attach. Contract: afterwards `params[i]` and `shared[i]`
+        // are the same numbers, not equal numbers: a write to one is seen by the
+        // other, and by every worker. `params[i]` must stay the tensor the model
+        // and its optimizer hold. A copy gives equal numbers: what gives the same?
         Err(labkit::todo!(3, "attach"))
     }
     // ANCHOR_END: attach
@@ -57,11 +56,11 @@ impl Pieces for YourPieces {
     /// In each worker, after `loss.backward()`: one SGD step `p ← p − lr·∇p` on
     /// every parameter, in place, without any lock; then zero the gradients.
     fn update(&self, params: &[Tensor], lr: f64) -> Result<()> {
-        // TODO(lab 03): inside `tch::no_grad`, for every `p`: `let mut g =
-        // p.f_grad()?` (skip it when `!g.defined()`), subtract
-        // `g.f_mul_scalar(lr)?` from `p` in place (`p.shallow_clone().f_sub_(..)?`),
-        // then `g.f_zero_()?`. What happens if another worker writes the same
-        // numbers at the same moment?
+        // TODO(lab 03): update. Contract: p ← p − lr·∇p for every parameter with
+        // a gradient, written into p's own memory (so into the region), outside
+        // autograd; then the gradients are zero. What would `p - lr * g`, a new
+        // tensor, leave in the region? And what happens if another worker writes
+        // the same numbers at the same moment? Stuck? `cargo lab hint 3`.
         Err(labkit::todo!(3, "update"))
     }
     // ANCHOR_END: update

@@ -7,6 +7,7 @@
 //! [`hogwild::check_pieces`], the same function trainers' tests run on the
 //! reference, for both of PyTorch's sharing strategies.
 
+pub mod diagnose;
 pub mod exercise;
 
 use std::path::PathBuf;
@@ -43,15 +44,23 @@ pub fn check_config(data: PathBuf, sharing: Sharing) -> HogwildConfig {
     }
 }
 
-/// The self-check, for both sharing strategies: the shared parameters train (the
-/// test loss falls below 0.7 × its start), and a worker killed with SIGKILL
-/// leaves no shared-memory file behind. `launcher` starts the lab's program,
-/// which becomes a worker with the same `variant`'s pieces.
+/// The self-check. First each piece alone, in this process, on three numbers
+/// ([`diagnose`]): a recognised mistake fails at once, named. Then, for both
+/// sharing strategies: the shared parameters train (the test loss falls below
+/// 0.7 × its start), and a worker killed with SIGKILL leaves no shared-memory
+/// file behind. `launcher` starts the lab's program, which becomes a worker
+/// with the same `variant`'s pieces.
 pub fn check(
     variant: Variant,
     data: PathBuf,
     launcher: &WorkerProgram,
 ) -> Result<Vec<String>, LabError> {
+    let named = diagnose::diagnose(pieces(variant));
+    if !named.is_empty() {
+        return Err(LabError::Wrong(format!(
+            "a piece does not do what its contract says:{named}"
+        )));
+    }
     let mut seen = Vec::new();
     for sharing in [Sharing::FileDescriptor, Sharing::FileSystem] {
         let config = check_config(data.clone(), sharing);

@@ -34,11 +34,10 @@ impl Pieces for YourPieces {
     /// copy of `master[i]` (same variable, maybe another device). `replicas` holds
     /// replicas 1, 2, ... (replica 0 *is* the master).
     fn replicate(&self, master: &[Tensor], replicas: &[Vec<Tensor>]) -> Result<()> {
-        // TODO(lab 04): copy each master tensor into the replica's tensor *in place*
-        // (`dst.shallow_clone().f_copy_(src)?` copies across devices too), so the
-        // replica's module, which holds the same tensor, sees the new values. Do it
-        // inside `tch::no_grad(|| ...)`: these are trainable leaves, and autograd
-        // refuses an in-place change to a leaf that requires grad.
+        // TODO(lab 04): replicate. Contract: afterwards every replica's tensors
+        // hold the master's numbers, in the replica's own tensors (its module
+        // holds them: a new tensor is invisible to it), on the replica's device.
+        // These are trainable leaves: may autograd record this write?
         Err(labkit::todo!(4, "replicate"))
     }
     // ANCHOR_END: replicate
@@ -48,8 +47,9 @@ impl Pieces for YourPieces {
     /// (the last smaller, fewer pieces when B < N), and moves piece `k` to
     /// `devices[k]`.
     fn scatter(&self, x: &Tensor, devices: &[Device]) -> Result<Vec<Tensor>> {
-        // TODO(lab 04): `x.f_chunk(n, 0)?` cuts exactly like that; `f_to_device(d)?`
-        // moves a piece (on CPU replicas it is free).
+        // TODO(lab 04): scatter. Contract as in the doc comment above: B = 31 rows
+        // on 3 devices give pieces of 11, 11 and 9; B = 2 on 3 devices gives two
+        // pieces of 1. Is there a tensor method that cuts exactly like that?
         Err(labkit::todo!(4, "scatter"))
     }
     // ANCHOR_END: scatter
@@ -67,14 +67,12 @@ impl Pieces for YourPieces {
         inputs: Vec<Tensor>,
         train: bool,
     ) -> Result<Vec<(Tensor, Duration)>> {
-        // TODO(lab 04): in `std::thread::scope(|s| ...)`, spawn one thread per
-        // (module, input) pair with `s.spawn(move || ...)`, then join them all, in
-        // order. In each thread, first `inherit_num_threads(threads)` with `threads =
-        // tch::get_num_threads()` read before spawning (libtorch's thread count is per
-        // thread), then time the forward with `Instant::now()` / `elapsed()`.
-        // A libtorch error inside `forward_t` is a panic in that thread: `join()`
-        // returns it as `Err(payload)`; turn it into an error
-        // (`Error::Worker(format!("replica {k}: {}", panic_message(payload.as_ref())))`).
+        // TODO(lab 04): parallel_apply. Contract: one thread per (module, input)
+        // pair, all running at once; outputs returned in the inputs' order with
+        // each thread's own time; a panic in a thread (libtorch reports errors
+        // that way) becomes an `Error`, naming the replica (`panic_message`).
+        // libtorch's thread count and grad mode belong to a thread: what must each
+        // new thread set before its forward (`inherit_num_threads`)?
         Err(labkit::todo!(4, "parallel_apply"))
     }
     // ANCHOR_END: parallel_apply
@@ -84,9 +82,9 @@ impl Pieces for YourPieces {
     /// them in the autograd graph: the loss's gradient must flow back through the
     /// result to each output on its own device.
     fn gather(&self, outputs: &[Tensor], device: Device) -> Result<Tensor> {
-        // TODO(lab 04): `f_to_device` each output, then `Tensor::f_cat(&moved, 0)?`.
-        // Both are differentiable (a move's backward moves the gradient back), so no
-        // `no_grad` and no `detach` here.
+        // TODO(lab 04): gather. Contract: one tensor on `device`, the outputs'
+        // rows in order, through which the loss's gradient flows back to each
+        // output on its own device. What would `detach` or `no_grad` cut?
         Err(labkit::todo!(4, "gather"))
     }
     // ANCHOR_END: gather
@@ -96,11 +94,11 @@ impl Pieces for YourPieces {
     /// += replicas[k][i].grad()`, on the master's device. A replica's parameter with
     /// no gradient (`!g.defined()`) adds nothing.
     fn reduce(&self, master: &[Tensor], replicas: &[Vec<Tensor>]) -> Result<()> {
-        // TODO(lab 04): inside `tch::no_grad`, for every replica and parameter `i`:
-        // `let g = replicas[k][i].f_grad()?;` and, if defined, add it (moved to the
-        // master's device) into `master[i].f_grad()?` with `f_add_` (the master's
-        // `grad()` is a handle on its gradient, so adding in place updates it). Why a
-        // sum and not a mean? What does the loss already average over?
+        // TODO(lab 04): reduce. Contract: afterwards the master's gradient of
+        // each parameter equals the one-device gradient over the whole batch;
+        // the loss was computed on the gathered outputs, as a mean over the whole
+        // batch. Add the replicas' gradients, or average them? Stuck? `cargo lab
+        // hint 4`.
         Err(labkit::todo!(4, "reduce"))
     }
     // ANCHOR_END: reduce

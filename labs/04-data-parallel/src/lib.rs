@@ -6,6 +6,7 @@
 
 #![deny(missing_docs)]
 
+pub mod diagnose;
 pub mod exercise;
 
 pub use labkit_torch::{fashion_mnist_in as fashion_mnist, lab_error};
@@ -24,7 +25,9 @@ pub fn pieces(variant: Variant) -> Box<dyn Pieces> {
     }
 }
 
-/// The self-check: trainers' equivalence check, on the pieces of `variant`, over
+/// The self-check. First [`diagnose`] calls the pieces one by one on a few
+/// numbers: a recognised mistake fails at once, named. Then trainers'
+/// equivalence check, on the pieces of `variant`, over
 /// 2 and 3 CPU replicas with batches that split evenly and unevenly, a batch
 /// smaller than the replica count, both replications, and the GPUs when there are
 /// any: 10 SGD steps each, every one within max |Δparam| ≤ 1e-6 of the one-device
@@ -35,6 +38,12 @@ pub fn pieces(variant: Variant) -> Box<dyn Pieces> {
 /// other branch on a replica (which multiplies fewer rows, so rounds differently),
 /// and a bound that holds on every CPU would have to be loose.
 pub fn check(variant: Variant) -> Result<(), LabError> {
+    let named = diagnose::diagnose(pieces(variant).as_ref());
+    if !named.is_empty() {
+        return Err(LabError::Wrong(format!(
+            "a piece does not do what its contract says:{named}"
+        )));
+    }
     let data = fashion_mnist(std::path::Path::new(data::DEFAULT_DIR), Split::Test)?;
     let cpu = Device::Cpu;
     let mut cases: Vec<(Vec<Device>, Replication, usize)> = vec![

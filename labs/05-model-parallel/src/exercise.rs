@@ -22,10 +22,10 @@ use trainers::pipeline::Action;
 /// Naive model parallelism: stage `stage` (of `stages`) runs micro-batch 0 forward
 /// and backward, then micro-batch 1, and so on. Run, only one stage is ever busy.
 pub fn naive(stage: usize, stages: usize, micro_batches: usize) -> Result<Vec<Action>, LabError> {
-    // TODO(lab 05): return the list `Forward(0), Backward(0), Forward(1), Backward(1),
-    // ...` up to micro-batch `micro_batches - 1`. Every stage runs the same list.
-    // `Action::Forward(m)` and `Action::Backward(m)` are the two actions; a `Vec`
-    // built in a `for` loop with `push` is all it takes.
+    // TODO(lab 05): the naive schedule. Contract: every micro-batch's forward
+    // and backward exactly once, a micro-batch's forward before its backward,
+    // and no stage ever runs two micro-batches' work at once: the check replays
+    // your order on equal stages and expects its bubble, (p − 1)/p of the time.
     Err(labkit::todo(5, "naive", file!()))
 }
 // ANCHOR_END: naive
@@ -34,10 +34,10 @@ pub fn naive(stage: usize, stages: usize, micro_batches: usize) -> Result<Vec<Ac
 /// GPipe: stage `stage` (of `stages`) runs the forward passes of all micro-batches,
 /// then all their backward passes, so that the stages work at the same time.
 pub fn gpipe(stage: usize, stages: usize, micro_batches: usize) -> Result<Vec<Action>, LabError> {
-    // TODO(lab 05): return every micro-batch's forward, in order, then every
-    // micro-batch's backward, the last micro-batch first (as GPipe does; the other
-    // order works too). While this stage runs micro-batch 1's forward, the next stage
-    // can already run micro-batch 0's: that overlap is the whole point.
+    // TODO(lab 05): GPipe. Contract: the same actions, ordered so that the
+    // bubble falls to (p − 1)/(m + p − 1): while the next stage works on
+    // micro-batch 0, what can this stage already be doing? Stuck? `cargo lab
+    // hint 5`.
     Err(labkit::todo(5, "gpipe", file!()))
 }
 // ANCHOR_END: gpipe

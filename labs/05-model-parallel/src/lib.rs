@@ -5,6 +5,7 @@
 //! schedules ([`exercise`]); the reference solution is trainers' own [`Naive`] and
 //! [`GPipe`], reached through the same slot ([`Schedule`]).
 
+pub mod diagnose;
 pub mod exercise;
 
 use labkit::{LabError, Variant};
@@ -57,17 +58,29 @@ impl Kind {
     }
 }
 
+/// A schedule as the exercise writes it: stage, stages, micro-batches → the
+/// stage's actions (so that a test can feed the check a mistaken one).
+pub type ActionsFn = fn(usize, usize, usize) -> Result<Vec<Action>, LabError>;
+
 /// The schedule of `kind`: the learner's (from [`exercise`]) or trainers' own.
 pub fn schedule(variant: Variant, kind: Kind) -> Box<dyn Schedule> {
     match (variant, kind) {
-        (Variant::Exercise, kind) => Box::new(Yours(kind)),
+        (Variant::Exercise, kind) => Box::new(Yours(kind, exercise_fn(kind))),
         (Variant::Solution, Kind::Naive) => Box::new(Naive),
         (Variant::Solution, Kind::GPipe) => Box::new(GPipe),
     }
 }
 
-/// The learner's schedule of one kind, plugged into the pipeline's slot.
-struct Yours(Kind);
+/// The exercise's function for `kind`.
+fn exercise_fn(kind: Kind) -> ActionsFn {
+    match kind {
+        Kind::Naive => exercise::naive,
+        Kind::GPipe => exercise::gpipe,
+    }
+}
+
+/// A learner's schedule of one kind, plugged into the pipeline's slot.
+struct Yours(Kind, ActionsFn);
 
 impl Schedule for Yours {
     fn name(&self) -> &str {
@@ -83,8 +96,7 @@ impl Schedule for Yours {
         stages: usize,
         micro_batches: usize,
     ) -> trainers::Result<Vec<Action>> {
-        actions(Variant::Exercise, self.0, stage, stages, micro_batches)
-            .map_err(|e| trainers::Error::Pipeline(e.to_string()))
+        (self.1)(stage, stages, micro_batches).map_err(|e| trainers::Error::Pipeline(e.to_string()))
     }
 }
 
@@ -115,18 +127,33 @@ pub fn wrong(e: trainers::Error) -> LabError {
 /// deadlock, and replayed on equal stages it idles as its rule says, for 2 and 3 stages
 /// and 1 to 8 micro-batches. Fast; the program runs it first.
 pub fn check_on_paper(variant: Variant, kind: Kind) -> Result<(), LabError> {
+    match variant {
+        Variant::Exercise => check_on_paper_with(kind, exercise_fn(kind)),
+        Variant::Solution => {
+            let schedule = schedule(variant, kind);
+            bubbles(kind, schedule.as_ref(), String::new)
+        }
+    }
+}
+
+/// [`check_on_paper`] for any schedule function of `kind`: a failure names the
+/// mistake when [`diagnose::diagnose`] recognises it (a `hint: <key>` line).
+pub fn check_on_paper_with(kind: Kind, f: ActionsFn) -> Result<(), LabError> {
     // The learner's unsolved TODO comes back as itself, not wrapped.
-    actions(variant, kind, 0, 2, 1)?;
-    let schedule = schedule(variant, kind);
+    f(0, 2, 1)?;
+    let named = || diagnose::diagnose(kind, f).unwrap_or_default();
+    bubbles(kind, &Yours(kind, f), named)
+}
+
+/// The replay of `schedule` on equal stages, each failure followed by `named()`.
+fn bubbles(
+    kind: Kind,
+    schedule: &dyn Schedule,
+    named: impl Fn() -> String,
+) -> Result<(), LabError> {
     for (stages, m) in [(2, 1), (2, 2), (2, 4), (3, 3), (3, 8), (4, 5)] {
-        check::bubble(
-            schedule.as_ref(),
-            stages,
-            m,
-            kind.bubble(stages, m),
-            kind.rule(),
-        )
-        .map_err(wrong)?;
+        check::bubble(schedule, stages, m, kind.bubble(stages, m), kind.rule())
+            .map_err(|e| LabError::Wrong(format!("{e}{}", named())))?;
     }
     Ok(())
 }

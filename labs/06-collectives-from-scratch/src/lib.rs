@@ -5,6 +5,7 @@
 //! (`cargo lab 6`). The solution is the backend's own code ([`Builtin`]: the
 //! ring of `algorithms/ring.rs`, the tree of `algorithms/tree.rs`).
 
+pub mod diagnose;
 pub mod exercise;
 
 use std::sync::Arc;
@@ -35,16 +36,37 @@ pub fn ring_label(variant: Variant) -> &'static str {
 /// a root somewhere) on 1 to 5 ranks, with `variant`'s algorithms inside the
 /// reference backend. A wait longer than 20 s is an error, not a hang.
 pub fn check(variant: Variant) -> Result<usize, LabError> {
-    match plug_check::check(algorithms(variant), 1..=5, Duration::from_secs(20))? {
-        Ok(cases) => Ok(cases),
-        Err((world, report)) => {
+    let failure = match plug_check::check(algorithms(variant), 1..=5, Duration::from_secs(20)) {
+        Ok(Ok(cases)) => return Ok(cases),
+        Ok(Err((world, report))) => {
             let shown: Vec<&str> = report.failures.iter().take(5).map(String::as_str).collect();
-            Err(LabError::Wrong(format!(
+            format!(
                 "{} of {} cases wrong on {world} ranks, e.g.:\n  {}",
                 report.failures.len(),
                 report.cases,
                 shown.join("\n  ")
-            )))
+            )
         }
+        // An unsolved TODO comes back as itself, with nothing to diagnose.
+        Err(e) if variant == Variant::Exercise && e.to_string().contains("TODO") => {
+            return Err(e.into());
+        }
+        Err(e) => e.to_string(),
+    };
+    Err(LabError::Wrong(with_diagnosis(variant, failure)))
+}
+
+/// `failure`, followed by what [`diagnose`] can name in `variant`'s pieces,
+/// each with its `hint: <key>` line for `cargo lab check`.
+fn with_diagnosis(variant: Variant, failure: String) -> String {
+    let pieces = match variant {
+        Variant::Exercise => diagnose::Pieces::yours(),
+        Variant::Solution => diagnose::Pieces::builtin(),
+    };
+    let named = diagnose::diagnose(pieces);
+    if named.is_empty() {
+        failure
+    } else {
+        format!("{failure}\n\nEach piece on its own:\n{}", named.join("\n"))
     }
 }

@@ -3,6 +3,7 @@
 //! step is checked with trainers' own pieces ([`Standard`]) standing in for the
 //! later steps ([`Upto`]); the solution is [`Standard`] itself.
 
+pub mod diagnose;
 pub mod exercise;
 
 pub use labkit_torch::{fashion_mnist, lab_error};
@@ -136,15 +137,27 @@ pub fn check(variant: Variant, step: Step) -> Result<String, LabError> {
     let mut said = Vec::new();
     for world in [2, 3] {
         let e = ddp::check::equivalence(world, 8, 10, &data, sync(variant, step), opts.clone())
-            .map_err(lab_error)?;
+            .map_err(|e| {
+                // A bucket started too early can fail inside DDP: say why if we can.
+                let named = diagnosis(variant, step);
+                if named.is_empty() {
+                    lab_error(e)
+                } else {
+                    LabError::Wrong(format!("step {}, {world} ranks: {e}{named}", step as u8))
+                }
+            })?;
         // 1e-5: two ranks average exactly (halving); three round once per
         // step, which momentum carries: ~4e-7 after 10 steps on every CPU
         // tried. A wrong average or a missed broadcast is off by > 1e-3.
-        if e.max_diff > 1e-5 || e.moved < 1e-3 {
+        // Written so that NaN fails: NaN compares false with everything.
+        if !(e.max_diff <= 1e-5 && e.moved >= 1e-3) {
             return Err(LabError::Wrong(format!(
                 "step {}, {world} ranks: max |Δparam| against one process = {:.2e} after 10 \
-                 steps (allowed 1e-5; the run moved the parameters by {:.2e})",
-                step as u8, e.max_diff, e.moved
+                 steps (allowed 1e-5; the run moved the parameters by {:.2e}){}",
+                step as u8,
+                e.max_diff,
+                e.moved,
+                diagnosis(variant, step)
             )));
         }
         said.push(format!(
@@ -158,7 +171,8 @@ pub fn check(variant: Variant, step: Step) -> Result<String, LabError> {
             return Err(LabError::Wrong(
                 "step 3: every bucket started after backward ended: nothing overlapped \
                  (does `ready` advance past the buckets of the stage just done?)"
-                    .into(),
+                    .to_string()
+                    + &diagnosis(variant, step),
             ));
         }
         said.push(format!("{early} bucket(s) started during backward"));
@@ -176,6 +190,11 @@ pub fn check(variant: Variant, step: Step) -> Result<String, LabError> {
         ));
     }
     Ok(said.join("; "))
+}
+
+/// What [`diagnose`] names in `variant`'s pieces for `step` (empty if nothing).
+fn diagnosis(variant: Variant, step: Step) -> String {
+    diagnose::diagnose(sync(variant, step).as_ref())
 }
 
 /// Buckets whose all-reduce started before the backward of the second step

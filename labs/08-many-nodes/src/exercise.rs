@@ -18,11 +18,13 @@ use collectives::launch::RankSlot;
 /// of `slot.spec.nnodes`, each with `slot.spec.nproc_per_node` ranks; rank 0's
 /// store listens at `slot.spec.master_addr`, port `slot.master_port`.
 pub fn rank_env(slot: &RankSlot<'_>) -> Result<Vec<(String, String)>, String> {
-    // TODO(lab 08): return torchrun's seven variables, as (name, value):
-    // RANK (this rank's place in the whole job: the ranks of the nodes before
-    // this one come first), WORLD_SIZE (all ranks of all nodes), LOCAL_RANK,
-    // LOCAL_WORLD_SIZE (ranks on this node), GROUP_RANK (this node's index),
-    // MASTER_ADDR and MASTER_PORT.
+    // TODO(lab 08): return torchrun's seven variables as (name, value):
+    // RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR
+    // and MASTER_PORT. The contract the check proves, for jobs of 1 node × 3
+    // ranks, 2 × 2 and 4 × 1: no two ranks of any node share a RANK, the
+    // RANKs together are exactly 0..WORLD_SIZE, and every rank agrees on the
+    // job's size and on where rank 0's store listens. Then a real two-node
+    // job on this host must rendezvous with your variables and all-reduce.
     Err(labkit::todo(8, "rank_env", file!()).to_string())
 }
 // ANCHOR_END: rank_env

@@ -32,7 +32,15 @@ pub fn rank_env(variant: Variant) -> RankEnv {
 /// (the lab's binary) started as two node launchers with `variant`'s
 /// variables, whose 4 ranks must rendezvous and all-reduce correctly.
 pub fn check(variant: Variant, program: &std::path::Path) -> Result<(), LabError> {
-    let env = rank_env(variant);
+    check_vars(rank_env(variant), program)?;
+    two_node_job(variant, program)
+}
+
+/// The first part of [`check`] for any `env`: the variables of every rank of
+/// launches of 1 node × 3, 2 × 2 and 4 × 1. A failure names the rank, the
+/// variable, the value and, for the mistakes we know, ends with a line
+/// `hint: <key>` (keys in `labs/info.toml`).
+pub fn check_vars(env: RankEnv, program: &std::path::Path) -> Result<(), LabError> {
     for (nnodes, nproc) in [(1, 3), (2, 2), (4, 1)] {
         let mut seen = Vec::new();
         for node in 0..nnodes {
@@ -57,34 +65,68 @@ pub fn check(variant: Variant, program: &std::path::Path) -> Result<(), LabError
                 ];
                 for (k, v) in want {
                     if get(k) != Some(v.as_str()) {
+                        // WORLD_SIZE of one node's ranks: the job looks one node big.
+                        let known = (k == "WORLD_SIZE" && get(k) == Some(&nproc.to_string()))
+                            .then_some(
+                                ": that is this node's ranks, not the job's\n\
+                                 hint: world-size-is-one-node",
+                            );
                         return Err(LabError::Wrong(format!(
                             "{nnodes} node(s) × {nproc}: node {node}, local rank {local}: \
-                             {k} = {:?}, expected {v:?}",
-                            get(k)
+                             {k} = {:?}, expected {v:?}{}",
+                            get(k),
+                            known.unwrap_or_default()
                         )));
                     }
                 }
                 let rank = get("RANK").and_then(|r| r.parse::<usize>().ok());
                 match rank {
-                    Some(r) if r < nnodes * nproc => seen.push(r),
+                    Some(r) if r < nnodes * nproc => seen.push((r, node, local)),
                     other => {
+                        // Past the end when the node's offset was scaled by
+                        // the number of nodes instead of the ranks per node.
+                        let known =
+                            (other == Some(node * nnodes + local) && nnodes != nproc).then(|| {
+                                format!(
+                                    ": {node} × {nnodes} counts nodes, but node {node}'s ranks \
+                                     come after the ranks of the nodes before it\n\
+                                     hint: node-offset-counts-ranks"
+                                )
+                            });
                         return Err(LabError::Wrong(format!(
                             "{nnodes} node(s) × {nproc}: node {node}, local rank {local}: \
-                             RANK = {other:?} is not a rank of the job"
+                             RANK = {other:?} is not a rank of the job (0..{}){}",
+                            nnodes * nproc,
+                            known.unwrap_or_default()
                         )));
                     }
                 }
             }
         }
         seen.sort_unstable();
-        if seen != (0..nnodes * nproc).collect::<Vec<_>>() {
+        if let Some(w) = seen.windows(2).find(|w| w[0].0 == w[1].0) {
+            let ((r, n0, l0), (_, n1, l1)) = (w[0], w[1]);
+            // Every rank's RANK its local rank: the nodes' numbers overlap.
+            let local_only = seen.iter().all(|&(r, _, l)| r == l);
             return Err(LabError::Wrong(format!(
-                "{nnodes} node(s) × {nproc}: the RANKs given are {seen:?}: two ranks got \
-                 the same place, or a place is empty"
+                "{nnodes} node(s) × {nproc}: node {n0} local rank {l0} and node {n1} local rank \
+                 {l1} both got RANK {r}: two ranks in one place{}",
+                if local_only {
+                    ": every RANK equals its LOCAL_RANK, so each node numbers its ranks from 0\n\
+                     hint: rank-ignores-node"
+                } else {
+                    ""
+                }
+            )));
+        }
+        let ranks: Vec<usize> = seen.iter().map(|s| s.0).collect();
+        if ranks != (0..nnodes * nproc).collect::<Vec<_>>() {
+            return Err(LabError::Wrong(format!(
+                "{nnodes} node(s) × {nproc}: the RANKs given are {ranks:?}: a place is empty"
             )));
         }
     }
-    two_node_job(variant, program)
+    Ok(())
 }
 
 /// Two node launchers of `program --role node` on this host (loopback as the
@@ -151,3 +193,85 @@ pub use collectives::launch::free_port;
 
 /// How long a rank may wait for a lost peer in the failure drill.
 pub const DRILL_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn program() -> &'static std::path::Path {
+        std::path::Path::new("lab08-many-nodes")
+    }
+
+    /// torchrun's variables with `RANK` and `WORLD_SIZE` replaced.
+    fn with(
+        slot: &RankSlot<'_>,
+        rank: usize,
+        world: usize,
+    ) -> Result<Vec<(String, String)>, String> {
+        let mut v = launch::torchrun_env(slot)?;
+        for (k, val) in &mut v {
+            match k.as_str() {
+                "RANK" => *val = rank.to_string(),
+                "WORLD_SIZE" => *val = world.to_string(),
+                _ => {}
+            }
+        }
+        Ok(v)
+    }
+
+    fn rank_is_local(slot: &RankSlot<'_>) -> Result<Vec<(String, String)>, String> {
+        let s = slot.spec;
+        with(slot, slot.local_rank, s.nnodes * s.nproc_per_node)
+    }
+
+    fn world_of_one_node(slot: &RankSlot<'_>) -> Result<Vec<(String, String)>, String> {
+        let s = slot.spec;
+        with(
+            slot,
+            s.node_rank * s.nproc_per_node + slot.local_rank,
+            s.nproc_per_node,
+        )
+    }
+
+    fn offset_by_nodes(slot: &RankSlot<'_>) -> Result<Vec<(String, String)>, String> {
+        let s = slot.spec;
+        with(
+            slot,
+            s.node_rank * s.nnodes + slot.local_rank,
+            s.nnodes * s.nproc_per_node,
+        )
+    }
+
+    fn message(env: RankEnv) -> String {
+        check_vars(env, program()).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn rank_without_the_nodes_before_is_named() {
+        let msg = message(rank_is_local);
+        assert!(msg.contains("both got RANK 0"), "{msg}");
+        assert!(msg.contains("hint: rank-ignores-node"), "{msg}");
+    }
+
+    #[test]
+    fn world_size_of_one_node_is_named() {
+        let msg = message(world_of_one_node);
+        assert!(
+            msg.contains("WORLD_SIZE = Some(\"2\"), expected \"4\""),
+            "{msg}"
+        );
+        assert!(msg.contains("hint: world-size-is-one-node"), "{msg}");
+    }
+
+    #[test]
+    fn node_offset_in_nodes_is_named() {
+        let msg = message(offset_by_nodes);
+        assert!(msg.contains("4 node(s) × 1: node 1"), "{msg}");
+        assert!(msg.contains("hint: node-offset-counts-ranks"), "{msg}");
+    }
+
+    #[test]
+    fn torchruns_variables_pass() {
+        check_vars(launch::torchrun_env, program()).unwrap();
+    }
+}

@@ -6,8 +6,9 @@
 //! beside the course's rule of thumb (Gloo for CPU tensors, NCCL for GPU
 //! tensors, MPI where there is InfiniBand without IPoIB).
 //!
-//! Check with `cargo lab check 9` (every row needs a guess and a reason), then
-//! run `cargo lab 9`.
+//! What `cargo lab check 9` proves: every row has exactly one guess, each with
+//! a reason of a sentence, and no guess names a backend that cannot run its
+//! row at all. It does not judge your picks: the run does (`cargo lab 9`).
 
 // Until the TODO is done the imports below are unused; delete this line when
 // you have finished.

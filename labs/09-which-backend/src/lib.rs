@@ -141,25 +141,46 @@ pub fn guesses(variant: Variant) -> Result<Vec<Guess>, LabError> {
     }
 }
 
-/// Refuses a guess list that leaves a row out, guesses a row twice, or gives
-/// no reason (a sentence of at least 3 words).
+/// Refuses a guess list that leaves a row out, guesses a row twice, gives no
+/// reason (a sentence of at least 3 words), or picks a backend that cannot
+/// run the row at all (NCCL for CPU tensors, shared memory across hosts). Each
+/// refusal ends with a `hint: <key>` line naming the mistake for `cargo lab
+/// check` (keys in `labs/info.toml`).
 pub fn validate(guesses: &[Guess]) -> Result<(), LabError> {
+    let wrong = |what: String, key: &str| Err(LabError::Wrong(format!("{what}\nhint: {key}")));
     for row in Row::ALL {
         let mine: Vec<&Guess> = guesses.iter().filter(|g| g.row == row).collect();
         match mine.as_slice() {
-            [] => return Err(LabError::Wrong(format!("no guess for \"{row}\""))),
+            [] => return wrong(format!("no guess for \"{row}\""), "missing-row"),
             [g] if g.why.split_whitespace().count() < 3 => {
-                return Err(LabError::Wrong(format!(
-                    "the guess for \"{row}\" needs a reason of a sentence, not {:?}",
-                    g.why
-                )));
+                return wrong(
+                    format!(
+                        "the guess for \"{row}\" needs a reason of a sentence, not {:?}",
+                        g.why
+                    ),
+                    "no-reason",
+                );
+            }
+            // Not a matter of opinion: NCCL reduces CUDA memory only.
+            [g] if g.pick == Pick::Nccl && row != Row::GpuTensors => {
+                return wrong(
+                    format!("\"{row}\" is guessed NCCL, which cannot reduce CPU tensors"),
+                    "nccl-on-cpu",
+                );
+            }
+            // Nor this: shared memory is one host's.
+            [g] if g.pick == Pick::ReferenceShm && row == Row::AcrossHosts => {
+                return wrong(
+                    format!("\"{row}\" is guessed reference-shm: shared memory spans one host"),
+                    "shm-across-hosts",
+                );
             }
             [_] => {}
             _ => {
-                return Err(LabError::Wrong(format!(
-                    "\"{row}\" is guessed {} times",
-                    mine.len()
-                )));
+                return wrong(
+                    format!("\"{row}\" is guessed {} times", mine.len()),
+                    "row-guessed-twice",
+                );
             }
         }
     }
@@ -419,6 +440,52 @@ pub fn check(variant: Variant) -> Result<String, LabError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The rule of thumb with `row`'s guess replaced by `pick` and `why`.
+    fn guesses_with(row: Row, pick: Pick, why: &'static str) -> Vec<Guess> {
+        let mut g: Vec<Guess> = Row::ALL.into_iter().map(rule_of_thumb).collect();
+        g.retain(|g| g.row != row);
+        g.push(Guess { row, pick, why });
+        g
+    }
+
+    #[test]
+    fn a_left_out_row_is_named() {
+        let mut g: Vec<Guess> = Row::ALL.into_iter().map(rule_of_thumb).collect();
+        g.retain(|g| g.row != Row::DdpCpu);
+        let msg = validate(&g).unwrap_err().to_string();
+        assert!(msg.contains("no guess for \"DDP training, CPU\""), "{msg}");
+        assert!(msg.contains("hint: missing-row"), "{msg}");
+    }
+
+    #[test]
+    fn a_guess_without_a_reason_is_named() {
+        let msg = validate(&guesses_with(Row::LargeCpu, Pick::Mpi, "bandwidth"))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("needs a reason of a sentence"), "{msg}");
+        assert!(msg.contains("hint: no-reason"), "{msg}");
+    }
+
+    #[test]
+    fn nccl_for_cpu_tensors_is_named() {
+        let g = guesses_with(Row::SmallCpu, Pick::Nccl, "NCCL is the fastest library");
+        let msg = validate(&g).unwrap_err().to_string();
+        assert!(msg.contains("hint: nccl-on-cpu"), "{msg}");
+    }
+
+    #[test]
+    fn shared_memory_across_hosts_is_named() {
+        let g = guesses_with(
+            Row::AcrossHosts,
+            Pick::ReferenceShm,
+            "no copies through TCP",
+        );
+        let msg = validate(&g).unwrap_err().to_string();
+        assert!(msg.contains("hint: shm-across-hosts"), "{msg}");
+        // The rule of thumb itself passes.
+        validate(&Row::ALL.into_iter().map(rule_of_thumb).collect::<Vec<_>>()).unwrap();
+    }
 
     fn rec(label: &str, c: Collective, bytes: u64, us: f64) -> Record {
         let mut r: Record = serde_json::from_value(json!({

@@ -4,12 +4,12 @@
 //! gradients; you send them as 16-bit floats (half the bytes) and leave their
 //! average across the ranks in the bucket, as f32.
 //!
-//! Useful: `t.f_div_scalar(x)`, `t.f_to_kind(Kind::Half)` (a converted copy),
-//! `trainers::comm::buffer_mut(&mut t)` (a contiguous tensor as a buffer the
-//! communicator reads and writes in place), `comm.world_size()`,
-//! `comm.all_reduce(Input::InPlace, &mut buf, ReduceOp::Sum)`,
-//! `t.f_isfinite()?.f_all()?.f_int64_value(&[])` (1 if every element is
-//! finite), `flat.f_copy_(&src)` (copies and converts back to f32).
+//! What the check proves, on 2 and 3 ranks: your fp16 and bf16 averages are
+//! within the 16-bit rounding of the f32 average and the all-reduce moves half
+//! the f32 bytes; gradients whose *sum* would pass fp16's largest value
+//! (65,504) but whose mean does not average without overflow; and a mean
+//! beyond it is an `Err(Error::InvalidArgument)`, never infinities in the
+//! gradients (they would ruin the weights at the next step).
 
 // Until the TODO is done the imports and arguments below are unused; delete
 // this line when you have finished, and the compiler will tell you what is left.
@@ -32,15 +32,10 @@ impl GradSync for YourCompression {
     // ANCHOR: hook
     /// Replace `flat` (f32) by its average over the ranks, moving 16-bit floats.
     fn all_reduce_mean(&self, comm: &dyn Communicator, flat: &mut Tensor) -> Result<()> {
-        // TODO(lab 10): the compression hook, in four steps:
-        //  1. divide `flat` by the world size *before* casting (the sum of n
-        //     fp16 gradients can overflow 65,504 where their mean fits), and
-        //     cast the result to `self.kind`: that is the tensor you send;
-        //  2. all_reduce it in place with ReduceOp::Sum;
-        //  3. if any element is no longer finite, return
-        //     Err(Error::InvalidArgument(..)) saying the mean overflowed (an
-        //     infinity written into the gradients would ruin the weights);
-        //  4. copy it back into `flat`.
+        // TODO(lab 10): the compression hook. On return `flat` holds the
+        // average over the ranks (f32), computed by one all-reduce of a
+        // `self.kind` tensor. Where can the 16-bit sum overflow, and what
+        // would keep every number the all-reduce adds within range?
         Err(labkit::todo!(10, "the compression hook"))
     }
     // ANCHOR_END: hook

@@ -65,11 +65,21 @@ pub fn sync(variant: Variant, wire: Wire) -> Arc<dyn GradSync> {
 /// (whose sum overflows) average without overflowing; a mean beyond fp16's
 /// range is an error, not infinities in the weights.
 pub fn check(variant: Variant) -> Result<String, LabError> {
+    check_hooks(|wire| sync(variant, wire))
+}
+
+/// [`check`] for any hooks: `hook(wire)` is the hook for `wire`. First the
+/// probe of [`diagnose`] on each 16-bit wire, then the measurements.
+pub fn check_hooks(hook: impl Fn(Wire) -> Arc<dyn GradSync>) -> Result<String, LabError> {
+    for wire in [Wire::Fp16, Wire::Bf16] {
+        if let Some(why) = diagnose(hook(wire)) {
+            return Err(LabError::Wrong(format!("{}: {why}", wire.name())));
+        }
+    }
     let mut said = Vec::new();
     for (wire, u) in [(Wire::Fp16, 2f64.powi(-11)), (Wire::Bf16, 2f64.powi(-8))] {
         for world in [2, 3] {
-            let m = ddp::check::compression(world, sync(variant, wire), 10_000, 1.0)
-                .map_err(lab_error)?;
+            let m = ddp::check::compression(world, hook(wire), 10_000, 1.0).map_err(lab_error)?;
             // n casts (u each) and n − 1 additions of partial sums no larger
             // than max|g| (u each), then an exact cast back to f32.
             let bound = (2.0 * world as f64 + 1.0) * u * m.max_grad;
@@ -86,7 +96,8 @@ pub fn check(variant: Variant) -> Result<String, LabError> {
             if m.max_diff == 0.0 || m.wire_bytes * 2 != m.f32_bytes {
                 return Err(LabError::Wrong(format!(
                     "{} on {world} ranks: the all-reduce moved {} bytes where f32 moves {} \
-                     (a 16-bit wire moves half): is the tensor you all-reduce the {:?} copy?",
+                     (a 16-bit wire moves half): is the tensor you all-reduce the {:?} copy?\n\
+                     hint: send-the-16-bit-copy",
                     wire.name(),
                     m.wire_bytes,
                     m.f32_bytes,
@@ -100,36 +111,96 @@ pub fn check(variant: Variant) -> Result<String, LabError> {
     // mean does not.
     let near_limit = "fp16 gradients up to ~60,000, whose sum overflows fp16 where their mean \
                       does not";
-    let m = match ddp::check::compression(2, sync(variant, Wire::Fp16), 10_000, 15_000.0) {
+    let m = match ddp::check::compression(2, hook(Wire::Fp16), 10_000, 15_000.0) {
         Ok(m) => m,
         Err(trainers::Error::InvalidArgument(e)) => {
             return Err(LabError::Wrong(format!(
-                "{near_limit}: your hook failed ({e}); divide by the world size before the \
-                 cast, so the all-reduce adds means"
+                "{near_limit}: your hook failed ({e}); the sum of the ranks' gradients \
+                 overflowed where their mean would not\nhint: divide-before-cast"
             )));
         }
         Err(e) => return Err(lab_error(e)),
     };
     if m.max_diff.is_nan() || m.max_diff > 5.0 * 2f64.powi(-11) * m.max_grad {
         return Err(LabError::Wrong(format!(
-            "{near_limit}: max |Δ| = {:.3e}; divide by the world size before the cast",
+            "{near_limit}: max |Δ| = {:.3e}; the sum of the ranks' gradients overflowed \
+             where their mean would not\nhint: divide-before-cast",
             m.max_diff
         )));
     }
     said.push("no overflow near fp16's limit".into());
-    match ddp::check::compression(2, sync(variant, Wire::Fp16), 10_000, 40_000.0) {
+    match ddp::check::compression(2, hook(Wire::Fp16), 10_000, 40_000.0) {
         Err(trainers::Error::InvalidArgument(_)) => said.push("an overflow is an error".into()),
         Err(e) => return Err(lab_error(e)),
         Ok(m) => {
             return Err(LabError::Wrong(format!(
                 "fp16 gradients up to {:.0} (their mean is beyond 65,504): the hook returned \
-                 Ok with max |Δ| = {:e}; check that the result is finite and return \
-                 Error::InvalidArgument if not",
+                 Ok with max |Δ| = {:e}: an infinity written into the gradients ruins the \
+                 weights; the hook must say so with an Err\nhint: unchecked-overflow",
                 m.max_grad, m.max_diff
             )));
         }
     }
     Ok(said.join("; "))
+}
+
+/// Names the mistake in compression hook `hook`, if it is one we know, from
+/// one call on 2 thread ranks holding `[1, 2, 3, 4]` and `[3, 6, 9, 12]`
+/// (every value, sum and mean exact in fp16 and bf16): the mean is
+/// `[2, 4, 6, 8]`. `None` when the hook averages, or fails (the check then
+/// reports its error).
+pub fn diagnose(hook: Arc<dyn GradSync>) -> Option<String> {
+    let out = collectives::thread_ranks::with_ranks(
+        2,
+        collectives::transport::TransportKind::Shm,
+        Duration::from_secs(10),
+        |rank, comm| -> trainers::Result<Vec<f32>> {
+            let base = Tensor::from_slice(&[1f32, 2.0, 3.0, 4.0]);
+            let mut flat = base.f_mul_scalar(2.0 * rank as f64 + 1.0)?;
+            hook.all_reduce_mean(&comm, &mut flat)?;
+            Ok(Vec::<f32>::try_from(&flat.f_to_kind(Kind::Float)?).unwrap_or_default())
+        },
+    )
+    .ok()?;
+    let got: Vec<Vec<f32>> = out.into_iter().collect::<trainers::Result<_>>().ok()?;
+    let mean = [2f32, 4.0, 6.0, 8.0];
+    let (why, key) = if got.iter().all(|g| g.as_slice() == mean) {
+        return None;
+    } else if got.iter().all(|g| g.as_slice() == [4f32, 8.0, 12.0, 16.0]) {
+        (
+            "the sum, twice the mean: is the world size divided out?",
+            "avg-not-sum",
+        )
+    } else if got.iter().all(|g| g.as_slice() == [1f32, 2.0, 3.0, 4.0]) {
+        (
+            "half the mean: the world size was divided out twice",
+            "divided-twice",
+        )
+    } else if got[1].as_slice() == [3f32, 6.0, 9.0, 12.0] {
+        (
+            "rank 1's own gradients, untouched: DDP reads the result from `flat`",
+            "copy-back-into-flat",
+        )
+    } else {
+        ("", "")
+    };
+    // The first wrong element, as a value (not bytes).
+    let (rank, i) = (0..2)
+        .flat_map(|r| (0..4).map(move |i| (r, i)))
+        .find(|&(r, i)| got[r].get(i) != Some(&mean[i]))?;
+    let head = format!(
+        "ranks holding [1, 2, 3, 4] and [3, 6, 9, 12] got {:?} and {:?}; rank {rank} element \
+         {i}: got {}, expected {}",
+        got[0],
+        got[1],
+        got[rank].get(i).copied().unwrap_or(f32::NAN),
+        mean[i]
+    );
+    Some(if key.is_empty() {
+        head
+    } else {
+        format!("{head}: {why}\nhint: {key}")
+    })
 }
 
 /// One training configuration.
@@ -345,4 +416,99 @@ fn accuracy(ddp: &Ddp, test: &Option<Dataset>) -> trainers::Result<f64> {
         tally.add_batch(&logits, &y)?;
     }
     Ok(tally.accuracy())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use collectives::Communicator;
+    use trainers::Result;
+
+    /// A compression hook with one of the known mistakes.
+    #[derive(Clone, Copy)]
+    enum Mistake {
+        /// No division: the sum.
+        Sum,
+        /// Cast first, sum, then divide: the sum can overflow.
+        CastFirst,
+        /// No finiteness check.
+        Unchecked,
+    }
+
+    struct Hook(Mistake, Kind);
+
+    impl GradSync for Hook {
+        fn all_reduce_mean(&self, comm: &dyn Communicator, flat: &mut Tensor) -> Result<()> {
+            let n = comm.world_size() as f64;
+            let mut wire = match self.0 {
+                Mistake::Sum | Mistake::CastFirst => flat.f_to_kind(self.1)?,
+                Mistake::Unchecked => flat.f_div_scalar(n)?.f_to_kind(self.1)?,
+            };
+            comm.all_reduce(
+                collectives::Input::InPlace,
+                &mut trainers::comm::buffer_mut(&mut wire)?,
+                collectives::ReduceOp::Sum,
+            )?;
+            if let Mistake::CastFirst = self.0 {
+                wire = wire.f_div_scalar(n)?;
+            }
+            if !matches!(self.0, Mistake::Unchecked)
+                && wire.f_isfinite()?.f_all()?.f_int64_value(&[])? == 0
+            {
+                return Err(trainers::Error::InvalidArgument("overflow".into()));
+            }
+            flat.f_copy_(&wire)?;
+            Ok(())
+        }
+        fn broadcast(&self, comm: &dyn Communicator, t: &[Tensor], root: usize) -> Result<()> {
+            Standard.broadcast(comm, t, root)
+        }
+        fn flatten(&self, grads: &[Tensor], flat: &mut Tensor) -> Result<()> {
+            Standard.flatten(grads, flat)
+        }
+        fn unflatten(&self, flat: &Tensor, grads: &[Tensor]) -> Result<()> {
+            Standard.unflatten(flat, grads)
+        }
+        fn ready(&self, stage: usize, ready_stage: &[usize], next: usize) -> Result<usize> {
+            Standard.ready(stage, ready_stage, next)
+        }
+    }
+
+    fn message(m: Mistake) -> String {
+        check_hooks(|wire| {
+            let kind = if wire == Wire::Bf16 {
+                Kind::BFloat16
+            } else {
+                Kind::Half
+            };
+            Arc::new(Hook(m, kind))
+        })
+        .unwrap_err()
+        .to_string()
+    }
+
+    #[test]
+    fn sum_instead_of_mean_is_named_with_the_element() {
+        let msg = message(Mistake::Sum);
+        assert!(msg.contains("rank 0 element 0: got 4, expected 2"), "{msg}");
+        assert!(msg.contains("hint: avg-not-sum"), "{msg}");
+    }
+
+    #[test]
+    fn cast_before_dividing_is_named() {
+        let msg = message(Mistake::CastFirst);
+        assert!(msg.contains("hint: divide-before-cast"), "{msg}");
+    }
+
+    #[test]
+    fn unchecked_overflow_is_named() {
+        let msg = message(Mistake::Unchecked);
+        assert!(msg.contains("hint: unchecked-overflow"), "{msg}");
+    }
+
+    #[test]
+    fn trainers_hook_passes_the_probe() {
+        assert_eq!(diagnose(Arc::new(Compressed::fp16())), None);
+        assert_eq!(diagnose(Arc::new(Compressed::bf16())), None);
+    }
 }

@@ -21,11 +21,13 @@ impl StalenessBound for YourBound {
     /// May a worker that has completed `step` steps start its next one, when
     /// `completed[w]` is how many steps worker w has completed?
     fn may_start(&self, step: u64, completed: &[u64], staleness: u64) -> Result<bool> {
-        // TODO(lab 11): the staleness bound. Find the slowest worker's
-        // completed steps; starting this step puts this worker `step −
-        // slowest` steps ahead of it, which may be at most `staleness`.
-        // (With staleness 0 every worker waits for all the others at every
-        // step: synchronous training.)
+        // TODO(lab 11): the staleness bound. The contract: no worker ever
+        // starts a step while it is more than `staleness` steps ahead of any
+        // other worker, and a start the bound allows is never refused (with
+        // staleness 0 every step is synchronous, not a deadlock). The check
+        // asks your bound a few questions (which worker has completed how
+        // much, may this one start?), then trains 3 workers beside a 3×
+        // straggler and reads the log of step starts.
         Err(labkit::todo!(11, "the staleness bound"))
     }
     // ANCHOR_END: may_start

@@ -8,11 +8,10 @@
 //! sums a tensor over the ranks with one all-reduce (and, in backward, sums
 //! its gradient over the ranks: trainers' `BnMlp` does that for you).
 //!
-//! Useful: `x.f_sum_dim_intlist(0, false, Kind::Float)` (per-channel sums of
-//! the rows), `x.f_square()`, `Tensor::f_cat(&[a, b, c], 0)`,
-//! `x.f_new_full([1], v, (Kind::Double, x.device()))` (a one-element tensor),
-//! `t.f_narrow(0, start, len)`, `t.f_double_value(&[i])`, `t.f_div_scalar(n)`,
-//! `a.f_sub(&b)`.
+//! What the check proves: SyncBN with your statistics, on 2 and 3 ranks of 8
+//! rows, trains like BatchNorm on one process with all the rows (weights and
+//! running statistics within 1e-4 after 10 SGD steps). Then it calls your
+//! statistics on rows whose answer it knows, to name a mistake.
 
 // Until the TODO is done the imports and arguments below are unused; delete
 // this line when you have finished, and the compiler will tell you what is left.
@@ -30,17 +29,11 @@ impl Moments for YourMoments {
     /// The per-channel mean and biased variance of every rank's rows of `x`
     /// together, and how many rows that is.
     fn moments(&self, x: &Tensor, reduce: &mut Reduce<'_>) -> Result<(Tensor, Tensor, f64)> {
-        // TODO(lab 12): SyncBatchNorm's statistics, in three steps:
-        //  1. this rank's per-channel Σx and Σx², and its row count, in ONE
-        //     tensor [Σx (C), Σx² (C), rows (1)]: one all-reduce instead of
-        //     three. Compute it in f64 (`x.f_to_kind(Kind::Double)`): Σx²/n −
-        //     mean² cancels the leading digits of two close numbers, and a
-        //     channel whose rows barely differ keeps little of f32's 24 bits;
-        //  2. `reduce` it: now the sums and the count are every rank's;
-        //  3. mean = Σx / n and biased variance = Σx² / n − mean², per
-        //     channel (not the average of each rank's variance: with unequal
-        //     means that is not the variance of the whole batch); return them
-        //     with n, as f32 again (`t.f_to_kind(Kind::Float)`).
+        // TODO(lab 12): SyncBatchNorm's statistics. The contract: the mean
+        // and biased variance returned are those of the whole batch (every
+        // rank's rows as one tensor), and n is that batch's row count. Each
+        // call of `reduce` is an all-reduce, a round trip: one is enough. Which per-rank numbers add up across ranks
+        // to give the whole batch's mean and variance? (A variance does not.)
         Err(labkit::todo!(12, "SyncBatchNorm's statistics"))
     }
     // ANCHOR_END: moments

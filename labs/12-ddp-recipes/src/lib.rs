@@ -87,24 +87,36 @@ pub fn diagnose(m: &dyn Moments) -> Option<String> {
         var.f_double_value(&[0]).ok()?,
     );
     let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
-    let why = if !reduced {
-        "your statistics never call `reduce`: each rank normalises with its own rows only"
+    let (why, key) = if !reduced {
+        (
+            "your statistics never call `reduce`: each rank normalises with its own rows only",
+            "never-reduced",
+        )
     } else if close(n, 2.0) && close(mean, 4.0) {
-        "n is this rank's row count (2), not every rank's (4): the sums were reduced but \
+        (
+            "n is this rank's row count (2), not every rank's (4): the sums were reduced but \
          divided by the local count, so the mean doubles and Σx²/n − mean² goes negative \
-         (here −6), and the square root of a negative variance is NaN"
+         (here −6), and the square root of a negative variance is NaN",
+            "local-row-count",
+        )
     } else if close(n, 2.0) {
-        "n is this rank's row count (2), not the count over all ranks (4): reduce the row \
-         count with the sums"
+        (
+            "n is this rank's row count (2), not the count over all ranks (4): reduce the row \
+         count with the sums",
+            "local-row-count",
+        )
     } else if close(mean, 2.0) && close(n, 4.0) && !close(var, 1.0) {
-        "the mean and n are right, the variance is not: it must be Σx²/n − mean² of the \
-         whole batch (biased), not an average of each rank's variance"
+        (
+            "the mean and n are right, the variance is not: it must be Σx²/n − mean² of the \
+         whole batch (biased), not an average of each rank's variance",
+            "variance-of-whole-batch",
+        )
     } else {
         return None;
     };
     Some(format!(
         "\nOn rows [1, 3] on each of 2 ranks (whole batch: mean 2, variance 1, n 4) yours \
-         gave mean {mean}, variance {var}, n {n}: {why}."
+         gave mean {mean}, variance {var}, n {n}: {why}.\nhint: {key}"
     ))
 }
 
@@ -372,6 +384,32 @@ mod tests {
         let e = judge_moments(Arc::new(LocalCount), 2, &data).unwrap_err();
         let msg = e.to_string();
         assert!(msg.contains("n is this rank's row count (2)"), "{msg}");
+        assert!(msg.contains("hint: local-row-count"), "{msg}");
         assert!(diagnose(&SyncMoments).is_none());
+    }
+
+    /// The other typical mistake: each rank's own statistics, `reduce` never
+    /// called (plain BatchNorm under another name).
+    struct NeverReduced;
+    impl Moments for NeverReduced {
+        fn moments(
+            &self,
+            x: &Tensor,
+            _reduce: &mut trainers::sync_bn::Reduce<'_>,
+        ) -> trainers::Result<(Tensor, Tensor, f64)> {
+            let mean = x.f_mean_dim(0, false, Kind::Float)?;
+            let var = x.f_var_dim(0, false, false)?;
+            Ok((mean, var, x.size()[0] as f64))
+        }
+    }
+
+    #[test]
+    fn statistics_that_never_reduce_are_named() {
+        let data = data::synthetic(3 * 8 * 10, 12).unwrap();
+        let msg = judge_moments(Arc::new(NeverReduced), 2, &data)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("never call `reduce`"), "{msg}");
+        assert!(msg.contains("hint: never-reduced"), "{msg}");
     }
 }

@@ -8,10 +8,12 @@
 //! a sum over the hidden features, so each rank can compute its own part of
 //! the sum; one all-reduce adds the parts.
 //!
-//! Useful: `a.f_matmul(&b.f_tr()?)`, `t.f_detach()?.copy()` (a copy outside
-//! autograd, which a collective may write), `trainers::comm::buffer_mut(&mut t)`,
-//! `comm.all_reduce(Input::InPlace, &mut buf, ReduceOp::Sum)`, `a.f_add(&b)`,
-//! `a.f_sub(&b)`.
+//! What the check proves: on 2 ranks with inputs it chose, your output has
+//! the whole layer's values on every rank and the backward of the output
+//! reaches this rank's `input` and `weight` with their true gradients (this
+//! names a known mistake); then on 2, 3 and 4 ranks the split MLP's first
+//! forward and its parameters after 10 SGD steps equal the unsplit MLP's
+//! within 1e-5, with exactly one all-reduce in each forward.
 
 // Until the TODO is done the imports and arguments below are unused; delete
 // this line when you have finished, and the compiler will tell you what is left.
@@ -37,17 +39,12 @@ impl RowForward for YourRowParallel {
         weight: &Tensor,
         bias: &Tensor,
     ) -> Result<Tensor> {
-        // TODO(lab 14): the row-parallel forward, in four steps:
-        //  1. `partial` = input · weightᵀ: this rank's part of the sum over
-        //     the hidden features (autograd records it);
-        //  2. all-reduce a detached copy of `partial` with ReduceOp::Sum: the
-        //     collective writes plain memory, which autograd does not see;
-        //  3. the all-reduced tensor has no gradient history, so backward
-        //     would stop at it. Return a tensor with its values *and*
-        //     `partial`'s history: `total + (partial − partial.detach())`
-        //     (the bracket is exactly zero; its gradient passes straight to
-        //     `partial`, which is what the all-reduce's backward must do);
-        //  4. add the bias, once, after the sum.
+        // TODO(lab 14): the row-parallel forward. The contract: the value
+        // returned is `input_full · W_fullᵀ + bias` on every rank, computed
+        // with one all-reduce; and autograd, run backward from it, must give
+        // `input` and `weight` exactly the gradients the unsplit layer gives
+        // their slices. A collective writes plain memory, which autograd does
+        // not see: how does your output keep a gradient path to `input`?
         Err(labkit::todo!(14, "the row-parallel forward"))
     }
     // ANCHOR_END: row_forward
