@@ -123,7 +123,8 @@ pub fn diagnose(b: &dyn StalenessBound) -> Option<String> {
         // Yes at 3 and 4 ahead of the slowest: the lead was measured from
         // someone else (the fastest, or this worker itself).
         [true, _, _, true] => (
-            "it lets a worker start 4 steps ahead of the slowest worker with staleness 2: \
+            "it lets a worker start 3 and even 4 steps ahead of the slowest worker with \
+             staleness 2: \
              is the lead measured from the slowest worker (the fewest completed steps)?",
             "lead-from-slowest",
         ),
