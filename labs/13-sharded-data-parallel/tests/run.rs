@@ -38,5 +38,5 @@ fn quick_run_with_the_solution_measures_every_stage_and_draws() {
 /// naming the TODO, never a hang.
 #[test]
 fn the_unsolved_starter_fails_fast_naming_the_todo() {
-    starter_fails(LAB, 13, "the ZeRO-2 gradient path", &[]);
+    starter_fails(LAB, 13, "the sharded gradient path", &[]);
 }
