@@ -2,10 +2,12 @@
 //! torch-link; and compiles the autograd shim (src/autograd/shim.cc) against the
 //! same libtorch's headers, with the C++ ABI torch-sys compiles its own wrapper with.
 //!
-//! The shim is compiled by calling the C++ compiler directly rather than through
-//! the `cc` or `cxx-build` crates: a new build-dependency changes the features
-//! cargo unifies across build scripts, which gives torch-sys's build script a new
-//! hash and recompiles its libtorch wrapper (many minutes).
+//! The shim is one C++ file with a C interface, so calling the C++ compiler and
+//! `ar` directly is all it takes; no bridge crate is needed. (Building
+//! `-p trainers` alone recompiles torch-sys's libtorch wrapper once per target
+//! folder whatever this script does: cargo unifies build-dependency features
+//! over the packages selected, so torch-sys's build script gets another hash
+//! than in a workspace build.)
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -155,7 +155,6 @@ pub struct Ddp {
     cuts: Vec<String>,
     rank: usize,
     world_size: usize,
-    done_tx: mpsc::Sender<Done>,
     done_rx: mpsc::Receiver<Done>,
     timeline: Timeline,
     require_sync: bool,
@@ -306,7 +305,7 @@ impl Ddp {
             buckets.iter().map(|b| b.params().to_vec()).collect(),
             buckets.iter().map(Bucket::flat).collect(),
             sync.clone(),
-            done_tx.clone(),
+            done_tx,
         );
         let shared = ready::Shared::new(launcher);
         let hooked = shared.clone();
@@ -327,7 +326,6 @@ impl Ddp {
             cuts: cut_names,
             rank,
             world_size,
-            done_tx,
             done_rx,
             timeline: Timeline::new(rank).with_event_steps(opts.timeline_steps),
             require_sync: true,

@@ -39,7 +39,7 @@ fn ddp_step(split: StageSplit, x: &Tensor, y: &Tensor) -> (OpCount, u64) {
     let before = ddp.backward_passes();
     let (r, n) =
         ops::count(|| ddp.forward_backward(x, |l| l.cross_entropy_for_logits(y))).expect("counter");
-    r.expect("step");
+    let _ = r.expect("step");
     (n, ddp.backward_passes() - before)
 }
 
