@@ -1,16 +1,22 @@
+use std::sync::Arc;
 use std::time::Duration;
 
 use collectives::{backends, rendezvous::MemStore};
 use tch::nn::{self, ModuleT};
 use tch::{Device, Tensor};
 
-use super::{Ddp, DdpOptions, StageSplit};
+use super::{Ddp, DdpOptions, GradSync, StageSplit, Standard};
 use crate::autograd::ops::{self, OpCount};
 use crate::{data, models, seed};
 
 /// A world-of-one Ddp over `split` with small buckets (several per step), from
 /// the CNN seeded with 1234, and the same start for a plain model.
 fn one_rank(split: StageSplit) -> (Ddp, nn::VarStore) {
+    one_rank_with(split, Arc::new(Standard))
+}
+
+/// [`one_rank`] with `sync` moving the gradients.
+fn one_rank_with(split: StageSplit, sync: Arc<dyn GradSync>) -> (Ddp, nn::VarStore) {
     let timeout = Duration::from_secs(30);
     let store = MemStore::new(timeout);
     let opts = backends::Options::new([0; 16]).expect("options");
@@ -24,7 +30,7 @@ fn one_rank(split: StageSplit) -> (Ddp, nn::VarStore) {
         timeout,
         ..Default::default()
     };
-    let ddp = Ddp::new(model, &vs, Box::new(comm), ddp_opts).expect("ddp");
+    let ddp = Ddp::with_sync(model, &vs, Box::new(comm), ddp_opts, sync).expect("ddp");
     (ddp, vs)
 }
 
@@ -126,4 +132,57 @@ fn a_backward_outside_the_ddp_accumulates_into_the_next_step() {
         let diff = (p.grad() - want).abs().max().double_value(&[]);
         assert_eq!(diff, 0.0);
     }
+}
+
+/// trainers' own sync, but `ready` fails (a learner's unfinished lab 7 step 3).
+struct FailingReady;
+
+impl GradSync for FailingReady {
+    fn broadcast(
+        &self,
+        comm: &dyn collectives::Communicator,
+        tensors: &[Tensor],
+        root: usize,
+    ) -> crate::Result<()> {
+        Standard.broadcast(comm, tensors, root)
+    }
+    fn all_reduce_mean(
+        &self,
+        comm: &dyn collectives::Communicator,
+        flat: &mut Tensor,
+    ) -> crate::Result<()> {
+        Standard.all_reduce_mean(comm, flat)
+    }
+    fn flatten(&self, grads: &[Tensor], flat: &mut Tensor) -> crate::Result<()> {
+        Standard.flatten(grads, flat)
+    }
+    fn unflatten(&self, flat: &Tensor, grads: &[Tensor]) -> crate::Result<()> {
+        Standard.unflatten(flat, grads)
+    }
+    fn ready(&self, _: usize, _: &[usize], _: usize) -> crate::Result<usize> {
+        Err(crate::Error::InvalidArgument("ready is not written".into()))
+    }
+}
+
+/// `ready` runs inside backward, in a hook that cannot return an error: the
+/// error must come out of `backward` (not be lost, not leave the step waiting
+/// for buckets that never started), and the communicator must come back, so
+/// that the Ddp still answers afterwards.
+#[test]
+fn an_error_inside_the_backward_hooks_comes_out_of_backward_and_the_ddp_goes_on() {
+    tch::set_num_threads(1);
+    let data = data::synthetic(8, 5).expect("data");
+    let (x, y) = data.rows(0, 8).expect("rows");
+    let (mut ddp, _vs) = one_rank_with(StageSplit::EveryLayer, Arc::new(FailingReady));
+    for _ in 0..2 {
+        let err = ddp
+            .forward_backward(&x, |l| l.cross_entropy_for_logits(&y))
+            .expect_err("ready fails");
+        assert!(err.to_string().contains("ready is not written"), "{err}");
+    }
+    assert_eq!(ddp.backward_passes(), 2);
+    let sum = ddp
+        .all_reduce_f64(vec![1.5], collectives::ReduceOp::Sum)
+        .expect("the communicator is back");
+    assert_eq!(sum, vec![1.5]);
 }
