@@ -5,6 +5,10 @@
 
 use tch::{Kind, Tensor};
 
+pub mod hooks;
+pub mod ops;
+mod shim;
+
 use crate::Result;
 
 /// Backpropagates from `output` with `grad` as its incoming gradient.

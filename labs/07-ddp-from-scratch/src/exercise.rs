@@ -1,8 +1,9 @@
 //! Lab 7, the file you edit: the pieces of DDP that move gradients, in three
-//! steps. trainers' `Ddp` runs them: it builds the buckets, runs the backward
-//! stage by stage, hands your all-reduce to its communicator thread, and
-//! implements `no_sync`. Each step is checked on its own (`cargo lab check 7`),
-//! with trainers' own pieces standing in for the steps you have not reached.
+//! steps. trainers' `Ddp` runs them: it builds the buckets, runs one backward
+//! whose autograd hooks say when each stage is done, hands your all-reduce to
+//! its communicator thread, and implements `no_sync`. Each step is checked on
+//! its own (`cargo lab check 7`), with trainers' own pieces standing in for
+//! the steps you have not reached.
 //!
 //! Useful: `trainers::comm::buffer_mut(&mut t)` views a contiguous CPU (or
 //! CUDA) tensor as a `BufferMut` a communicator reads and writes in place;
@@ -71,8 +72,8 @@ impl GradSync for YourSync {
     // ANCHOR_END: step2
 
     // ANCHOR: step3
-    /// Step 3: the overlap. Backward runs stage by stage, the last stage first;
-    /// after stage `stage` is done, DDP asks which buckets may start their
+    /// Step 3: the overlap. Backward finishes the stages last first;
+    /// when stage `stage` is done, DDP asks which buckets may start their
     /// all-reduce now, while the earlier stages' backward goes on. Buckets
     /// `next..` have not started; bucket b's gradients all exist once stage
     /// `ready_stage[b]` is done (buckets fill from the last layer, so they

@@ -32,7 +32,7 @@ use trainers::train::{self, Tally};
 /// Data-parallel training (PyTorch DDP semantics) of a small model on Fashion-MNIST.
 ///
 /// Gradients are averaged across ranks in buckets (1 MiB first, then
-/// --bucket-cap-mb), overlapped with backward stage by stage.
+/// --bucket-cap-mb), started from autograd hooks during the one backward.
 #[derive(Debug, Parser)]
 #[command(name = "ringside-train", version, about, long_about = None)]
 #[command(mut_arg("backend", |a| a.help("Backend: reference, gloo, mpi or nccl (nccl trains on CUDA)")))]
@@ -93,8 +93,8 @@ struct Args {
     /// fp16_compress_hook / bf16_compress_hook): none, fp16 or bf16.
     #[arg(long, default_value = "none", value_parser = ["none", "fp16", "bf16"])]
     grad_compress: String,
-    /// Where to cut the model for staged backward: auto (where buckets complete),
-    /// every-layer, or whole (no overlap).
+    /// Where stages end, whose completion lets buckets start during backward:
+    /// auto (where buckets complete), every-layer, or whole (no overlap).
     #[arg(long, default_value = "auto", value_parser = ["auto", "every-layer", "whole"])]
     split: String,
     /// Seed of the initial weights and the data order.

@@ -9,16 +9,15 @@
 //!   registration order, a 1 MiB first bucket, then 25 MiB: see [`crate::bucket`]).
 //!   Each bucket's gradients are copied into one flat tensor, all_reduced with
 //!   [`ReduceOp::Avg`] and copied back.
-//! * **Overlap.** PyTorch launches a bucket's all_reduce from per-parameter autograd
-//!   hooks. tch has no hooks, so backward runs *stage by stage*: forward keeps each
-//!   stage's output and gives the next stage a detached copy that requires grad;
-//!   backward runs the last stage first, which finishes that stage's parameter
-//!   gradients and yields the gradient of its input, then feeds that gradient into
-//!   the previous stage's output, and so on. Between two stages, the buckets whose
-//!   parameters are all finished go to the communicator thread ([`CommThread`]),
-//!   which reduces them while the earlier stages' backward runs. By default
-//!   ([`StageSplit::Auto`]) the model is cut exactly where a bucket becomes
-//!   complete, so no cut is made that could not start communication earlier.
+//! * **Overlap.** As PyTorch's Reducer, a hook on each parameter's gradient
+//!   accumulator (tch has none; trainers' C++ shim adds it: see
+//!   [`crate::autograd::hooks`]) announces the parameter once its gradient is final,
+//!   during the step's *one* backward. The parameters are grouped in *stages* (runs
+//!   of layers); when a stage's parameters are all announced, the buckets that
+//!   [`GradSync::ready`] allows copy their gradients in and go to the communicator
+//!   thread ([`CommThread`]), which reduces them while the earlier layers' backward
+//!   runs. By default ([`StageSplit::Auto`]) a stage ends exactly where a bucket
+//!   becomes complete.
 //! * **Accumulation.** Inside [`Ddp::no_sync`], backward only accumulates local
 //!   gradients; the next synchronised step reduces the sum.
 //! * **Clipping.** [`Ddp::clip_grad_norm`] after the sync (the gradients are then
@@ -54,6 +53,7 @@ use serde_json::{Map, Value, json};
 use tch::nn::{self, ModuleT};
 use tch::{Device, Tensor};
 
+use crate::autograd::hooks::GradReadyHooks;
 use crate::bucket::{self, Bucket};
 use crate::comm::{self, CommThread};
 use crate::models::Stage;
@@ -62,12 +62,14 @@ use crate::{Error, Result};
 
 pub mod check;
 mod compress;
+mod ready;
 mod sync;
 
 pub use compress::Compressed;
 pub use sync::{GradSync, Standard};
 
-/// Where to cut the model for staged backward.
+/// Where to end the stages whose completion lets buckets start (see
+/// [`GradSync::ready`]); backward itself runs once, whole, whatever the split.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum StageSplit {
     /// Before the layer holding the earliest-registered parameter of each bucket
@@ -79,7 +81,7 @@ pub enum StageSplit {
     EveryLayer,
     /// Before each named layer (in model order).
     At(Vec<String>),
-    /// Not at all: one backward, then every bucket (no overlap).
+    /// Not at all: every bucket starts after backward (no overlap).
     Whole,
 }
 
@@ -90,7 +92,7 @@ pub struct DdpOptions {
     pub bucket_cap_bytes: usize,
     /// Limit of the first bucket to fill (the last layers'), default 1 MiB.
     pub first_bucket_bytes: usize,
-    /// Where to cut the model for staged backward.
+    /// Where stages end (see [`StageSplit`]).
     pub split: StageSplit,
     /// Broadcast buffers (batch-norm statistics) from rank 0 before every training
     /// forward, as PyTorch's `broadcast_buffers=True`.
@@ -115,12 +117,9 @@ impl Default for DdpOptions {
     }
 }
 
-/// What [`Ddp::forward`] keeps for [`Ddp::backward`]: when the step began, and
-/// every stage's input and output.
+/// What [`Ddp::forward`] keeps for [`Ddp::backward`]: when the step began.
 struct Pending {
     start: Instant,
-    inputs: Vec<Tensor>,
-    outputs: Vec<Tensor>,
 }
 
 /// A finished bucket reduction, sent back by the communicator thread.
@@ -143,15 +142,19 @@ pub struct Ddp {
     buckets: Vec<Bucket>,
     /// What moves the gradients ([`Standard`] unless [`Ddp::with_sync`] says).
     sync: Arc<dyn GradSync>,
-    /// Per bucket, the stage after whose backward all its gradients exist.
-    ready_stage: Vec<usize>,
+    /// What the hooks see and start during backward (buckets' flat tensors,
+    /// stages, the communicator thread while backward runs).
+    shared: Arc<ready::Shared>,
+    /// The hooks on the parameters' gradients; dropping them unhooks.
+    _hooks: GradReadyHooks,
+    /// Backward passes this Ddp has run (one per [`backward`](Ddp::backward)).
+    backward_passes: u64,
     /// `None` only while [`Ddp::with_communicator`] has the communicator out.
     comm: Option<CommThread>,
     /// The layers the model was cut before (to cut it again after a join).
     cuts: Vec<String>,
     rank: usize,
     world_size: usize,
-    done_tx: mpsc::Sender<Done>,
     done_rx: mpsc::Receiver<Done>,
     timeline: Timeline,
     require_sync: bool,
@@ -268,7 +271,7 @@ impl Ddp {
                     .unwrap_or(0)
             })
             .collect();
-        let stage_labels = stages
+        let stage_labels: Vec<String> = stages
             .iter()
             .map(|s| {
                 let n = s.names();
@@ -293,8 +296,21 @@ impl Ddp {
             .collect::<Result<Vec<_>>>()?;
 
         let (rank, world_size) = (comm.rank(), comm.world_size());
-        let comm = CommThread::spawn(comm, opts.timeout)?;
         let (done_tx, done_rx) = mpsc::channel();
+        let launcher = ready::Launcher::new(
+            params.iter().map(Tensor::shallow_clone).collect(),
+            param_layer.iter().map(|&l| stage_of_layer(l)).collect(),
+            stage_labels.clone(),
+            ready_stage,
+            buckets.iter().map(|b| b.params().to_vec()).collect(),
+            buckets.iter().map(Bucket::flat).collect(),
+            sync.clone(),
+            done_tx,
+        );
+        let shared = ready::Shared::new(launcher);
+        let hooked = shared.clone();
+        let hooks = GradReadyHooks::register(&params, move |i| hooked.param_ready(i))?;
+        let comm = CommThread::spawn(comm, opts.timeout)?;
         let ddp = Ddp {
             stages,
             stage_labels,
@@ -303,12 +319,13 @@ impl Ddp {
             buffers,
             buckets,
             sync,
-            ready_stage,
+            shared,
+            _hooks: hooks,
+            backward_passes: 0,
             comm: Some(comm),
             cuts: cut_names,
             rank,
             world_size,
-            done_tx,
             done_rx,
             timeline: Timeline::new(rank).with_event_steps(opts.timeline_steps),
             require_sync: true,
@@ -457,10 +474,9 @@ impl Ddp {
     }
 
     /// The training forward of one step: starts the step's timeline, broadcasts
-    /// the buffers (if asked) and runs every stage, keeping each stage's input and
-    /// output for [`backward`](Self::backward), which must follow with a loss
-    /// computed from the returned output. A second `forward` before it drops the
-    /// first one's activations.
+    /// the buffers (if asked) and runs the model, for
+    /// [`backward`](Self::backward), which must follow with a loss computed from
+    /// the returned output. A second `forward` before it starts the step again.
     pub fn forward(&mut self, xs: &Tensor) -> Result<Tensor> {
         self.pending = None;
         let start = Instant::now();
@@ -470,45 +486,21 @@ impl Ddp {
             let b: Vec<Tensor> = self.buffers.iter().map(Tensor::shallow_clone).collect();
             self.broadcast(&b, 0)?;
         }
-
-        // Forward, keeping each stage's input and output for staged backward.
-        let n = self.stages.len();
-        let mut inputs = Vec::with_capacity(n);
-        let mut outputs = Vec::with_capacity(n);
-        let mut h = xs.shallow_clone();
-        for (k, stage) in self.stages.iter().enumerate() {
-            let input = if k == 0 {
-                h
-            } else {
-                h.f_detach()?.f_set_requires_grad(true)?
-            };
-            h = stage.forward_t(&input, true);
-            inputs.push(input);
-            outputs.push(h.shallow_clone());
-        }
-        self.pending = Some(Pending {
-            start,
-            inputs,
-            outputs,
-        });
+        let h = self.forward_t(xs, true);
+        self.pending = Some(Pending { start });
         Ok(h)
     }
 
     /// The backward of the step [`forward`](Self::forward) began, from `loss` (a
-    /// scalar computed from its output): stage by stage, last first, handing each
-    /// finished bucket to the communicator thread; unless inside
+    /// scalar computed from its output): one backward, during which the hooks
+    /// hand each finished bucket to the communicator thread; unless inside
     /// [`no_sync`](Self::no_sync), returns once every bucket is averaged across
     /// ranks and copied back into the gradients.
     pub fn backward(&mut self, loss: &Tensor) -> Result<()> {
-        let Pending {
-            start,
-            mut inputs,
-            mut outputs,
-        } = self.pending.take().ok_or_else(|| {
+        let Pending { start } = self.pending.take().ok_or_else(|| {
             Error::InvalidArgument("Ddp::backward without a forward before it".into())
         })?;
         let sync = self.require_sync;
-        let n = self.stages.len();
         // The forward span ends here, so it includes the loss (as in one call).
         let fwd_end = Instant::now();
         self.timeline.span(
@@ -520,89 +512,50 @@ impl Ddp {
             Map::new(),
         );
 
-        // ANCHOR: staged_backward
-        // Backward, last stage first, handing finished buckets to the comm thread.
-        let mut next_bucket = 0;
-        for k in (0..n).rev() {
-            let t0 = Instant::now();
-            if k + 1 == n {
-                loss.f_backward()?;
-            } else {
-                // The gradient of stage k+1's input is the gradient of stage k's
-                // output: push it through stage k. d(out·g)/d(out) = g exactly.
-                let g = inputs[k + 1].f_grad()?;
-                let out = &outputs[k];
-                if g.defined() && out.requires_grad() {
-                    out.f_reshape([-1])?
-                        .f_dot(&g.f_reshape([-1])?)?
-                        .f_backward()?;
-                }
-            }
-            // Free the activations of the stages done with.
-            inputs.truncate(k + 1);
-            outputs.truncate(k);
-            let t1 = Instant::now();
-            let label = format!("backward {}", self.stage_labels[k]);
-            self.timeline
-                .span(label, "backward", TID_COMPUTE, t0, t1, Map::new());
-            if sync {
-                let ready = self.sync.ready(k, &self.ready_stage, next_bucket)?;
-                while next_bucket < ready.min(self.buckets.len()) {
-                    self.launch(next_bucket)?;
-                    next_bucket += 1;
-                }
-            }
-        }
+        // ANCHOR: hooked_backward
+        // The communicator thread goes to the hooks for the length of backward,
+        // and comes back whatever happens.
+        let mut st = self.shared.lock()?;
+        let comm = self.comm.take().ok_or_else(|| {
+            Error::InvalidArgument("the communicator thread has stopped after an error".into())
+        })?;
+        st.begin(self.step, sync, comm, fwd_end);
+        drop(st);
+        self.shared.set_active(true);
+        self.backward_passes += 1;
+        let ran = loss.f_backward();
+        self.shared.set_active(false);
         let bwd_end = Instant::now();
+        let mut st = self.shared.lock()?;
+        // Stages no hook finished (parameters this backward did not reach).
+        st.finish(bwd_end);
+        st.record(&mut self.timeline);
         self.timeline.end_backward(bwd_end);
         // What `ready` held back starts now, with nothing left to overlap.
-        while sync && next_bucket < self.buckets.len() {
-            self.launch(next_bucket)?;
-            next_bucket += 1;
+        let mut failed = st.take_error();
+        while ran.is_ok() && failed.is_none() && sync && st.next_bucket < st.buckets() {
+            let b = st.next_bucket;
+            failed = st.launch(b).err();
+            st.next_bucket += 1;
+        }
+        st.record(&mut self.timeline);
+        self.comm = st.comm.take();
+        drop(st);
+        ran?;
+        if let Some(e) = failed {
+            return Err(e);
         }
         if sync {
             self.wait_buckets(bwd_end)?;
         }
-        // ANCHOR_END: staged_backward
+        // ANCHOR_END: hooked_backward
         Ok(())
     }
 
-    /// Copies bucket `b`'s gradients in and queues its all_reduce.
-    fn launch(&mut self, b: usize) -> Result<()> {
-        let t0 = Instant::now();
-        let mut flat = self.buckets[b].flat();
-        let grads = self.buckets[b].gradients(&self.params)?;
-        self.sync.flatten(&grads, &mut flat)?;
-        let bytes = self.buckets[b].bytes();
-        let (done, step, sync) = (self.done_tx.clone(), self.step, self.sync.clone());
-        self.comm()?.submit(move |c| {
-            let start = Instant::now();
-            let mut t = flat;
-            let result = sync.all_reduce_mean(c, &mut t);
-            let _ = done.send(Done {
-                step,
-                bucket: b,
-                result,
-                start,
-                end: Instant::now(),
-            });
-        })?;
-        let t1 = Instant::now();
-        let args = args(&[
-            ("bytes", json!(bytes)),
-            ("params", json!(self.buckets[b].params().len())),
-        ]);
-        self.timeline.span(
-            format!("copy in bucket {b}"),
-            "bucket",
-            TID_COMPUTE,
-            t0,
-            t1,
-            Map::new(),
-        );
-        self.timeline
-            .instant(format!("bucket {b} ready"), "bucket", TID_COMPUTE, t1, args);
-        Ok(())
+    /// Backward passes run by [`backward`](Self::backward) so far: one per step
+    /// (the staged backward this replaced ran one per stage).
+    pub fn backward_passes(&self) -> u64 {
+        self.backward_passes
     }
 
     /// Waits for every bucket of this step and copies the averages back.
@@ -784,3 +737,6 @@ fn named_variables(vs: &nn::VarStore) -> Result<(Vec<Tensor>, Vec<String>, Vec<T
         .collect();
     Ok((trainable, names, buffers))
 }
+
+#[cfg(test)]
+mod tests;

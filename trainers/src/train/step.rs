@@ -38,8 +38,8 @@ impl Replica for Stage {
     }
 }
 
-/// A DDP replica: backward runs stage by stage and all_reduces the gradients'
-/// buckets while it runs (not inside [`Ddp::no_sync`]).
+/// A DDP replica: one backward, whose autograd hooks start the gradients'
+/// bucket all_reduces while it runs (not inside [`Ddp::no_sync`]).
 impl Replica for Ddp {
     fn forward(&mut self, x: &Tensor) -> Result<Tensor> {
         Ddp::forward(self, x)

@@ -1,0 +1,170 @@
+// The C++ side of trainers' autograd shim: what tch 0.24 does not bind.
+//
+// * Ready hooks: a post-hook on each parameter's gradient accumulator (the
+//   AccumulateGrad node), as PyTorch's DDP Reducer registers, so that Rust
+//   learns that a parameter's .grad is final while backward still runs.
+// * Op counter: a thread-local RecordFunction callback counting dispatched ops
+//   and executed autograd nodes, the CPU proxy for a step's launch count.
+//
+// A plain C interface (no cxx bridge: its proc-macro and build crates would
+// change the build graph's features and rebuild torch-sys). No exception
+// crosses it: each entry point catches and writes the message into `err`.
+// One translation unit on purpose: each file that includes libtorch's autograd
+// headers takes a minute or more to compile.
+#include <ATen/record_function.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using ReadyFn = void (*)(void* ctx, size_t index);
+
+void write_error(const char* what, char* err, size_t len) {
+  if (err != nullptr && len > 0) {
+    std::strncpy(err, what, len - 1);
+    err[len - 1] = '\0';
+  }
+}
+
+// Runs after AccumulateGrad has written the parameter's .grad: tells Rust which
+// parameter (its index in the list hooked) is ready. Returns the outputs as
+// they are.
+class ReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  ReadyHook(ReadyFn fn, void* ctx, size_t index) : fn_(fn), ctx_(ctx), index_(index) {}
+
+  torch::autograd::variable_list operator()(
+      const torch::autograd::variable_list& outputs,
+      const torch::autograd::variable_list& /*inputs*/) override {
+    fn_(ctx_, index_);
+    return outputs;
+  }
+
+ private:
+  ReadyFn fn_;
+  void* ctx_;
+  size_t index_;
+};
+
+struct ReadyHooks {
+  // Held so that each parameter keeps this accumulator (a variable holds only a
+  // weak pointer to it; a new one would carry no hook).
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  std::vector<uintptr_t> keys;
+
+  ~ReadyHooks() {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      accumulators[i]->del_post_hook(keys[i]);
+    }
+  }
+};
+
+// Counted per thread: the counter is a thread-local callback, and CPU backward
+// runs on the thread that called it.
+thread_local uint64_t tl_ops = 0;
+thread_local uint64_t tl_nodes = 0;
+
+std::unique_ptr<at::ObserverContext> count_start(const at::RecordFunction& fn) {
+  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
+    ++tl_nodes;
+  } else {
+    ++tl_ops;
+  }
+  return nullptr;
+}
+
+struct OpCounter {
+  at::CallbackHandle handle;
+  uint64_t ops0;
+  uint64_t nodes0;
+};
+
+}  // namespace
+
+extern "C" {
+
+// Hooks `n` tensors (each an at::Tensor*, a leaf that requires grad); hook i
+// calls fn(ctx, i). Null (and `err` filled) on failure, with nothing hooked.
+void* ringside_ready_hooks(const void* const* tensors, size_t n, ReadyFn fn, void* ctx,
+                           char* err, size_t err_len) {
+  try {
+    auto hooks = std::make_unique<ReadyHooks>();
+    // Validate all before hooking any, so an error leaves no hook behind.
+    for (size_t i = 0; i < n; ++i) {
+      const auto* t = static_cast<const at::Tensor*>(tensors[i]);
+      if (t == nullptr || !t->defined()) {
+        throw std::invalid_argument("parameter " + std::to_string(i) + " is undefined");
+      }
+      if (!t->is_leaf() || !t->requires_grad()) {
+        throw std::invalid_argument("parameter " + std::to_string(i) +
+                                    " is not a leaf that requires grad");
+      }
+      auto acc = torch::autograd::impl::grad_accumulator(*t);
+      if (!acc) {
+        throw std::invalid_argument("parameter " + std::to_string(i) +
+                                    " has no gradient accumulator");
+      }
+      hooks->accumulators.push_back(std::move(acc));
+    }
+    for (size_t i = 0; i < n; ++i) {
+      hooks->keys.push_back(
+          hooks->accumulators[i]->add_post_hook(std::make_unique<ReadyHook>(fn, ctx, i)));
+    }
+    return hooks.release();
+  } catch (const std::exception& e) {
+    write_error(e.what(), err, err_len);
+  } catch (...) {
+    write_error("unknown C++ exception", err, err_len);
+  }
+  return nullptr;
+}
+
+// Removes the hooks; no call of theirs follows.
+void ringside_ready_hooks_free(void* hooks) {
+  try {
+    delete static_cast<ReadyHooks*>(hooks);
+  } catch (...) {
+  }
+}
+
+void* ringside_op_counter_new(char* err, size_t err_len) {
+  try {
+    auto handle = at::addThreadLocalCallback(
+        at::RecordFunctionCallback(&count_start)
+            .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+    return new OpCounter{handle, tl_ops, tl_nodes};
+  } catch (const std::exception& e) {
+    write_error(e.what(), err, err_len);
+  } catch (...) {
+    write_error("unknown C++ exception", err, err_len);
+  }
+  return nullptr;
+}
+
+uint64_t ringside_op_counter_ops(const void* c) {
+  return tl_ops - static_cast<const OpCounter*>(c)->ops0;
+}
+
+uint64_t ringside_op_counter_nodes(const void* c) {
+  return tl_nodes - static_cast<const OpCounter*>(c)->nodes0;
+}
+
+void ringside_op_counter_free(void* c) {
+  try {
+    auto* counter = static_cast<OpCounter*>(c);
+    at::removeCallback(counter->handle);
+    delete counter;
+  } catch (...) {
+  }
+}
+
+}  // extern "C"
