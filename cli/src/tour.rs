@@ -11,7 +11,9 @@ use clap::Args;
 use collectives::algorithms::Algo;
 use collectives::bench::{self, Combine, Measurement};
 use collectives::conformance::{self, SuiteConfig};
-use collectives::job::{SpawnArgs, TimeoutArgs};
+use collectives::job::{LoadArgs, SpawnArgs, TimeoutArgs};
+use collectives::launch::Load;
+use collectives::rendezvous::env::RankInfo;
 use collectives::rendezvous::env::Rendezvous;
 use collectives::transport::TransportKind;
 use collectives::{Collective, Communicator, DType, ReduceOp};
@@ -48,6 +50,9 @@ pub struct TourArgs {
     pub repeat: u32,
     #[command(flatten)]
     pub wait: TimeoutArgs,
+    /// `--load N`: busy loops beside the whole tour (the busy-laptop case).
+    #[command(flatten)]
+    pub load: LoadArgs,
 }
 
 /// A label's communicator, or why this job cannot have one.
@@ -69,6 +74,12 @@ fn connect_label(rdv: &Rendezvous, label: &Label, round: u32, timeout: Duration)
 pub fn run(args: TourArgs) -> anyhow::Result<i32> {
     let timeout = args.wait.timeout()?;
     let labels = label::parse(&["all".into()], TransportKind::Auto)?;
+    // As in `ringside bench`: the process that starts the ranks runs the load.
+    let _load = if RankInfo::launched_from_env()? {
+        None
+    } else {
+        Some(Load::start(args.load.load)?)
+    };
     let rdv = match collectives::job::start_rank(args.spawn.nproc, timeout)? {
         Err(code) => return Ok(code),
         Ok(r) => r,
@@ -80,7 +91,10 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         }
     };
     say(format!("machine: {}", manifest::machine_line()));
-    if let Some(w) = manifest::load_warning() {
+    say(Load::describe(args.load.load));
+    if args.load.load == 0
+        && let Some(w) = manifest::load_warning()
+    {
         say(format!("warning: {w}"));
     }
     say(format!(
