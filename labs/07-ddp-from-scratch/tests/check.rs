@@ -9,7 +9,18 @@ fn step(step: Step) {
     let variant = Variant::from_env();
     match check(variant, step) {
         Ok(said) => println!("{variant}, step {}: {said}", step.label()),
-        Err(e) => panic!("{variant}, step {}: {e}", step.label()),
+        Err(e) => {
+            let e = e.to_string();
+            // The flight recorder names a collective that only some ranks
+            // call ("… is not in any collective …"); the hint for it is the
+            // same whichever piece made it.
+            let key = if e.contains("not in any collective") || e.contains("disagree") {
+                "\nhint: collective-on-one-rank"
+            } else {
+                ""
+            };
+            panic!("{variant}, step {}: {e}{key}", step.label())
+        }
     }
 }
 
