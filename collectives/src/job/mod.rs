@@ -133,12 +133,25 @@ pub fn communicator(
         return backends::connect(backend, rdv.store(), rank, world, opts);
     }
     let mut opts = opts.clone();
+    with_flight_recorder(rdv, &mut opts);
+    backends::connect(backend, rdv.store(), rank, world, &opts)
+}
+
+/// What [`communicator`] adds to `opts` for a launched reference rank, for a
+/// program that builds its reference communicator by hand (lab 6 plugs the
+/// learner's algorithms into one): the recorder's own connection to the job's
+/// store, so a wait can ask where the other ranks are and name a deadlock in
+/// seconds, and the failed call's row for the launcher's hang table. Without
+/// it, lab 6's ring of receives-before-sends sat out the whole timeout.
+pub fn with_flight_recorder(rdv: &Rendezvous, opts: &mut Options) {
+    if !opts.flight.enabled || rdv.info.world_size == 1 {
+        return;
+    }
     // A launched rank's failed call leaves its row for the launcher's table.
     opts.flight.report_to_launcher = true;
     if opts.flight_store.is_none() {
         opts.flight_store = flight_store(rdv, opts.timeout);
     }
-    backends::connect(backend, rdv.store(), rank, world, &opts)
 }
 
 /// A second connection to the job's store for the flight recorder: the
