@@ -193,6 +193,8 @@ pub fn bench_rank(args: &Args) -> anyhow::Result<()> {
     opts.transport = TransportKind::Tcp;
     opts.timeout = timeout;
     opts.prefix = "lab08-bench/".into();
+    // A hang across the simulated hosts is named with the launcher's table.
+    job::with_flight_recorder(&rdv, &mut opts);
     let comm = backends::reference(rdv.store(), rank, world, &opts)?;
     let sizes = measure::size::sweep_sizes(4 << 10, args.max_size, 4, 0)?;
     let label = format!("reference-tcp@{}", args.link);

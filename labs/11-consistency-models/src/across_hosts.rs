@@ -387,6 +387,8 @@ impl Joined {
         let mut o = self.opts.clone();
         o.prefix = prefix.to_owned();
         o.algo = algo;
+        // A hang across the simulated hosts is named with the launcher's table.
+        collectives::job::with_flight_recorder(&self.rdv, &mut o);
         let c = backends::reference(self.rdv.store(), self.rank, self.world, &o)?;
         c.barrier()?;
         Ok(Box::new(c))
