@@ -55,11 +55,7 @@ impl RunFolder {
             if parent.join(&name).symlink_metadata().is_ok() {
                 continue;
             }
-            std::fs::create_dir_all(&partial).map_err(|cause| Error::Write {
-                doing: "creating",
-                path: partial.clone(),
-                cause,
-            })?;
+            make_partial(&partial)?;
             let work = partial.join(&name);
             // `create_dir`, not `create_dir_all`: it fails when the folder
             // exists, so two runs never both believe a folder is theirs.
@@ -109,27 +105,75 @@ impl RunFolder {
     /// Renames the complete run into place and returns where it now is. On
     /// failure the temporary folder is removed: the run never appears.
     pub fn finish(mut self) -> Result<PathBuf> {
-        let done = self.final_dir();
-        // A rename replaces an empty folder of the target's name; never let it.
-        if done.symlink_metadata().is_ok() {
-            return Err(Error::Write {
-                doing: "renaming into place",
-                path: done,
-                cause: std::io::Error::new(
-                    ErrorKind::AlreadyExists,
-                    "another run's folder has this name",
-                ),
-            });
+        // Threads of one process that start runs in the same microsecond get
+        // the same stamp; one may have finished under the name after the other
+        // chose it. Such a run takes the next suffix, as `create_named` does.
+        let base = self.name.clone();
+        for n in 0..MAX_TRIES {
+            let name = match n {
+                0 => base.clone(),
+                n => format!("{base}-{n:03}"),
+            };
+            let done = self.parent.join(&name);
+            // A rename replaces an empty folder of the target's name; never let it.
+            if done.symlink_metadata().is_ok() {
+                continue;
+            }
+            match std::fs::rename(&self.work, &done) {
+                Ok(()) => {
+                    self.name = name;
+                    self.finished = true;
+                    // Best effort, only when empty: no other run is being written.
+                    let _ = std::fs::remove_dir(self.parent.join(PARTIAL_DIR));
+                    return Ok(done);
+                }
+                // Another run finished under this name since we looked (its
+                // folder is never empty, so the rename fails rather than
+                // replacing it).
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::AlreadyExists | ErrorKind::DirectoryNotEmpty
+                    ) => {}
+                Err(cause) => {
+                    return Err(Error::Write {
+                        doing: "renaming into place",
+                        path: done,
+                        cause,
+                    });
+                }
+            }
         }
-        std::fs::rename(&self.work, &done).map_err(|cause| Error::Write {
+        Err(Error::Write {
             doing: "renaming into place",
-            path: done.clone(),
-            cause,
-        })?;
-        self.finished = true;
-        // Best effort, only when empty: no other run is being written.
-        let _ = std::fs::remove_dir(self.parent.join(PARTIAL_DIR));
-        Ok(done)
+            path: self.parent.join(&base),
+            cause: std::io::Error::new(
+                ErrorKind::AlreadyExists,
+                format!("{MAX_TRIES} run folders of this name exist already"),
+            ),
+        })
+    }
+}
+
+/// Creates `partial` (and its parents) where missing. Another run's tidy-up
+/// may remove the empty folder at any moment (see [`RunFolder`]'s `Drop`), and
+/// `create_dir_all` then failed with "File exists" for a folder that was gone
+/// when it looked again (two runs started at once, one failing while the other
+/// was created): retry until it stands or a real error comes.
+fn make_partial(partial: &Path) -> Result<()> {
+    let mut tries = 0;
+    loop {
+        match std::fs::create_dir_all(partial) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists && tries < MAX_TRIES => tries += 1,
+            Err(cause) => {
+                return Err(Error::Write {
+                    doing: "creating",
+                    path: partial.to_path_buf(),
+                    cause,
+                });
+            }
+        }
     }
 }
 
@@ -232,21 +276,26 @@ mod tests {
     }
 
     #[test]
-    fn a_run_folder_that_cannot_be_made_or_renamed_is_an_error_and_leaves_nothing() {
+    fn a_run_folder_that_cannot_be_made_is_an_error_and_a_taken_name_is_never_replaced() {
         let root = tempfile::tempdir().unwrap();
         let file = root.path().join("results");
         std::fs::write(&file, "").unwrap();
         let e = RunFolder::create(&file.join("lab06")).unwrap_err();
         assert!(e.to_string().contains("creating"), "{e}");
 
-        // Something took the final name meanwhile: refused, never replaced.
+        // Something took the final name meanwhile: never replaced, the run
+        // takes the next suffix (threads of one process that started in the
+        // same microsecond raced so).
         let parent = root.path().join("lab07");
         let run = RunFolder::create(&parent).unwrap();
         std::fs::create_dir(run.final_dir()).unwrap();
         let taken = run.final_dir();
-        let e = run.finish().unwrap_err();
-        assert!(e.to_string().contains("renaming into place"), "{e}");
-        assert!(names(&taken).is_empty());
+        let done = run.finish().unwrap();
+        assert_eq!(
+            done.file_name().unwrap().to_string_lossy(),
+            format!("{}-001", taken.file_name().unwrap().to_string_lossy())
+        );
+        assert!(names(&taken).is_empty(), "the other folder was replaced");
         assert!(!parent.join(PARTIAL_DIR).exists());
         // A run that fails alone leaves not even its lab's folder.
         let alone = root.path().join("lab08");
