@@ -146,6 +146,33 @@ fn first_error(outcomes: &[Outcome]) -> Option<&str> {
         .find_map(|o| o.as_ref().err().map(String::as_str))
 }
 
+/// Runs one piece of `pieces` (`only`) alone on the [`RING`] ranks as an
+/// in-place f64 sum from each rank's `start` numbers: every rank's result, or,
+/// when a rank failed or the run did, that failure named for `piece`.
+fn ring_probe(
+    pieces: Pieces,
+    only: Only,
+    piece: &str,
+    start: impl Fn(usize) -> Vec<f64> + Sync,
+) -> std::result::Result<Vec<Vec<f64>>, Option<String>> {
+    let outcomes = run(RING, Probe { pieces, only }, |rank, comm| {
+        let mut v = start(rank);
+        comm.all_reduce(
+            Input::InPlace,
+            &mut BufferMut::from_slice(&mut v),
+            ReduceOp::Sum,
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(v)
+    })
+    .map_err(|e| named_error(piece, &e))?;
+    if let Some(e) = first_error(&outcomes) {
+        return Err(named_error(piece, e));
+    }
+    // No rank failed: every outcome is its numbers.
+    Ok(outcomes.into_iter().filter_map(|o| o.ok()).collect())
+}
+
 /// Copies per rank in a probe sum (base-4 digits, see the module docs).
 fn copies(value: f64) -> Vec<u64> {
     let mut v = value.round().max(0.0) as u64;
@@ -201,29 +228,12 @@ fn named_error(piece: &str, e: &str) -> Option<String> {
 pub fn reduce_scatter(pieces: Pieces) -> Option<String> {
     let n = RING * PER_BLOCK;
     let full: f64 = (0..RING).map(|r| 4f64.powi(r as i32)).sum();
-    let probe = Probe {
-        pieces,
-        only: Only::ReduceScatter,
-    };
-    let outcomes = run(RING, probe, |rank, comm| {
-        let mut v = vec![4f64.powi(rank as i32); n];
-        comm.all_reduce(
-            Input::InPlace,
-            &mut BufferMut::from_slice(&mut v),
-            ReduceOp::Sum,
-        )
-        .map_err(|e| e.to_string())?;
-        Ok(v)
-    });
-    let outcomes = match outcomes {
+    let start = |rank: usize| vec![4f64.powi(rank as i32); n];
+    let outcomes = match ring_probe(pieces, Only::ReduceScatter, "reduce-scatter", start) {
         Ok(o) => o,
-        Err(e) => return named_error("reduce-scatter", &e),
+        Err(named) => return named,
     };
-    if let Some(e) = first_error(&outcomes) {
-        return named_error("reduce-scatter", e);
-    }
     for (rank, got) in outcomes.iter().enumerate() {
-        let got = got.as_ref().ok()?;
         let i = rank * PER_BLOCK;
         if got[i] == full {
             continue;
@@ -258,12 +268,8 @@ pub fn reduce_scatter(pieces: Pieces) -> Option<String> {
 
 /// Names the mistake in the all-gather of `pieces`, if it is one we know.
 pub fn all_gather(pieces: Pieces) -> Option<String> {
-    let probe = Probe {
-        pieces,
-        only: Only::AllGather,
-    };
-    let outcomes = run(RING, probe, |rank, comm| {
-        let mut v: Vec<f64> = (0..RING * PER_BLOCK)
+    let start = |rank: usize| -> Vec<f64> {
+        (0..RING * PER_BLOCK)
             .map(|i| {
                 if i / PER_BLOCK == rank {
                     (rank + 1) as f64
@@ -271,24 +277,13 @@ pub fn all_gather(pieces: Pieces) -> Option<String> {
                     UNSET
                 }
             })
-            .collect();
-        comm.all_reduce(
-            Input::InPlace,
-            &mut BufferMut::from_slice(&mut v),
-            ReduceOp::Sum,
-        )
-        .map_err(|e| e.to_string())?;
-        Ok(v)
-    });
-    let outcomes = match outcomes {
-        Ok(o) => o,
-        Err(e) => return named_error("all-gather", &e),
+            .collect()
     };
-    if let Some(e) = first_error(&outcomes) {
-        return named_error("all-gather", e);
-    }
+    let outcomes = match ring_probe(pieces, Only::AllGather, "all-gather", start) {
+        Ok(o) => o,
+        Err(named) => return named,
+    };
     for (rank, got) in outcomes.iter().enumerate() {
-        let got = got.as_ref().ok()?;
         for block in 0..RING {
             let (i, want) = (block * PER_BLOCK, (block + 1) as f64);
             if got[i] == want {
