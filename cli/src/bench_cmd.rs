@@ -21,7 +21,7 @@ use crate::progress;
 use crate::torch_peer::{self, PeerSweep, cuda_present};
 use collectives::job::{LoadArgs, SizeArgs, parse_size};
 use collectives::launch::Load;
-use collectives::rendezvous::env::{Launcher, RankInfo};
+use collectives::rendezvous::env::Launcher;
 use measure::manifest;
 use measure::{Record, ResultsWriter};
 
@@ -269,11 +269,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     let timeout = args.connect.timeout()?;
     // The process that starts the ranks (or is the only one) runs the load,
     // for the whole job, peer included; its ranks see the flag but start none.
-    let _load = if RankInfo::launched_from_env()? {
-        None
-    } else {
-        Some(Load::start(args.load.load)?)
-    };
+    let _load = Load::beside_this_job(args.load.load)?;
     let rdv = match job::start_rank(args.spawn.nproc, timeout)? {
         Err(code) => return Ok(code),
         Ok(r) => r,

@@ -13,7 +13,6 @@ use collectives::bench::{self, Combine, Measurement};
 use collectives::conformance::{self, SuiteConfig};
 use collectives::job::{LoadArgs, SpawnArgs, TimeoutArgs};
 use collectives::launch::Load;
-use collectives::rendezvous::env::RankInfo;
 use collectives::rendezvous::env::Rendezvous;
 use collectives::transport::TransportKind;
 use collectives::{Collective, Communicator, DType, ReduceOp};
@@ -74,12 +73,7 @@ fn connect_label(rdv: &Rendezvous, label: &Label, round: u32, timeout: Duration)
 pub fn run(args: TourArgs) -> anyhow::Result<i32> {
     let timeout = args.wait.timeout()?;
     let labels = label::parse(&["all".into()], TransportKind::Auto)?;
-    // As in `ringside bench`: the process that starts the ranks runs the load.
-    let _load = if RankInfo::launched_from_env()? {
-        None
-    } else {
-        Some(Load::start(args.load.load)?)
-    };
+    let _load = Load::beside_this_job(args.load.load)?;
     let rdv = match collectives::job::start_rank(args.spawn.nproc, timeout)? {
         Err(code) => return Ok(code),
         Ok(r) => r,

@@ -38,6 +38,17 @@ impl Load {
         Ok(Load { group })
     }
 
+    /// [`Load::start`] in the process that starts a job's ranks (or is its
+    /// only rank), `None` in a rank a launcher started: the ranks of
+    /// `prog --nproc N --load 2` see the flag too, and must not start more.
+    pub fn beside_this_job(n: usize) -> Result<Option<Load>> {
+        if crate::rendezvous::env::RankInfo::launched_from_env()? {
+            Ok(None)
+        } else {
+            Load::start(n).map(Some)
+        }
+    }
+
     /// How many loops run.
     pub fn len(&self) -> usize {
         self.group.len()
