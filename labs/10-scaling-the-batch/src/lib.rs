@@ -433,6 +433,12 @@ mod tests {
         CastFirst,
         /// No finiteness check.
         Unchecked,
+        /// Divides before the cast and again after the sum: half the mean.
+        DividedTwice,
+        /// Averages into the 16-bit copy and never writes it back to `flat`.
+        NoCopyBack,
+        /// All-reduces `flat` itself, as f32: right values, twice the bytes.
+        SendF32,
     }
 
     struct Hook(Mistake, Kind);
@@ -440,16 +446,19 @@ mod tests {
     impl GradSync for Hook {
         fn all_reduce_mean(&self, comm: &dyn Communicator, flat: &mut Tensor) -> Result<()> {
             let n = comm.world_size() as f64;
+            if let Mistake::SendF32 = self.0 {
+                return Standard.all_reduce_mean(comm, flat);
+            }
             let mut wire = match self.0 {
                 Mistake::Sum | Mistake::CastFirst => flat.f_to_kind(self.1)?,
-                Mistake::Unchecked => flat.f_div_scalar(n)?.f_to_kind(self.1)?,
+                _ => flat.f_div_scalar(n)?.f_to_kind(self.1)?,
             };
             comm.all_reduce(
                 collectives::Input::InPlace,
                 &mut trainers::comm::buffer_mut(&mut wire)?,
                 collectives::ReduceOp::Sum,
             )?;
-            if let Mistake::CastFirst = self.0 {
+            if let Mistake::CastFirst | Mistake::DividedTwice = self.0 {
                 wire = wire.f_div_scalar(n)?;
             }
             if !matches!(self.0, Mistake::Unchecked)
@@ -457,7 +466,9 @@ mod tests {
             {
                 return Err(trainers::Error::InvalidArgument("overflow".into()));
             }
-            flat.f_copy_(&wire)?;
+            if !matches!(self.0, Mistake::NoCopyBack) {
+                flat.f_copy_(&wire)?;
+            }
             Ok(())
         }
         fn broadcast(&self, comm: &dyn Communicator, t: &[Tensor], root: usize) -> Result<()> {
@@ -504,6 +515,26 @@ mod tests {
     fn unchecked_overflow_is_named() {
         let msg = message(Mistake::Unchecked);
         assert!(msg.contains("hint: unchecked-overflow"), "{msg}");
+    }
+
+    #[test]
+    fn dividing_by_the_world_twice_is_named() {
+        let msg = message(Mistake::DividedTwice);
+        assert!(msg.contains("rank 0 element 0: got 1, expected 2"), "{msg}");
+        assert!(msg.contains("hint: divided-twice"), "{msg}");
+    }
+
+    #[test]
+    fn mean_left_in_the_16_bit_copy_is_named() {
+        let msg = message(Mistake::NoCopyBack);
+        assert!(msg.contains("hint: copy-back-into-flat"), "{msg}");
+    }
+
+    #[test]
+    fn gradients_sent_as_f32_are_named_by_their_bytes() {
+        let msg = message(Mistake::SendF32);
+        assert!(msg.contains("moved") && msg.contains("a 16-bit wire moves half"), "{msg}");
+        assert!(msg.contains("hint: send-the-16-bit-copy"), "{msg}");
     }
 
     #[test]
