@@ -533,7 +533,10 @@ mod tests {
     #[test]
     fn gradients_sent_as_f32_are_named_by_their_bytes() {
         let msg = message(Mistake::SendF32);
-        assert!(msg.contains("moved") && msg.contains("a 16-bit wire moves half"), "{msg}");
+        assert!(
+            msg.contains("moved") && msg.contains("a 16-bit wire moves half"),
+            "{msg}"
+        );
         assert!(msg.contains("hint: send-the-16-bit-copy"), "{msg}");
     }
 

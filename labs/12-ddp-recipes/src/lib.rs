@@ -347,9 +347,14 @@ mod tests {
     use super::*;
     use tch::Kind;
 
-    /// The typical mistake: the sums are reduced, the count is this rank's.
-    struct LocalCount;
-    impl Moments for LocalCount {
+    /// Statistics from reduced sums, with one of two mistakes: the count is
+    /// this rank's (`local_count`), or the variance is the unbiased one
+    /// (`unbiased`, as `Tensor::var` gives by default).
+    struct Sums {
+        local_count: bool,
+        unbiased: bool,
+    }
+    impl Moments for Sums {
         fn moments(
             &self,
             x: &Tensor,
@@ -361,20 +366,35 @@ mod tests {
                 &[
                     x.f_sum_dim_intlist(0, false, Kind::Double)?,
                     x.f_square()?.f_sum_dim_intlist(0, false, Kind::Double)?,
+                    Tensor::from_slice(&[rows]),
                 ],
                 0,
             )?;
             let sums = reduce(&sums)?;
             let c = x.size()[1];
-            let n = rows;
+            let n = if self.local_count {
+                rows
+            } else {
+                sums.f_double_value(&[2 * c])?
+            };
             let mean = sums.f_narrow(0, 0, c)?.f_div_scalar(n)?;
-            let var = sums
+            let mut var = sums
                 .f_narrow(0, c, c)?
                 .f_div_scalar(n)?
                 .f_sub(&mean.f_square()?)?;
+            if self.unbiased {
+                var = var.f_mul_scalar(n / (n - 1.0))?;
+            }
             Ok((mean.f_to_kind(Kind::Float)?, var.f_to_kind(Kind::Float)?, n))
         }
     }
+
+    /// The typical mistake: the sums are reduced, the count is this rank's.
+    #[allow(non_upper_case_globals)]
+    const LocalCount: Sums = Sums {
+        local_count: true,
+        unbiased: false,
+    };
 
     /// Named after what broke: lab 12's check passed `n = rows` ("max |Δ|
     /// 0.0e0"), because all-NaN weights read as Δ = 0.
@@ -411,5 +431,26 @@ mod tests {
             .to_string();
         assert!(msg.contains("never call `reduce`"), "{msg}");
         assert!(msg.contains("hint: never-reduced"), "{msg}");
+    }
+
+    #[test]
+    fn unbiased_variance_is_named() {
+        let data = data::synthetic(3 * 8 * 10, 12).unwrap();
+        let unbiased = Sums {
+            local_count: false,
+            unbiased: true,
+        };
+        let msg = judge_moments(Arc::new(unbiased), 2, &data)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("the variance is not"), "{msg}");
+        assert!(msg.contains("hint: variance-of-whole-batch"), "{msg}");
+        // The same sums with the biased variance are right.
+        let right = Sums {
+            local_count: false,
+            unbiased: false,
+        };
+        assert!(diagnose(&right).is_none());
+        assert!(judge_moments(Arc::new(right), 2, &data).is_ok());
     }
 }
