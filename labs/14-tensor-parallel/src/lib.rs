@@ -231,6 +231,11 @@ mod tests {
         BiasPerRank,
         /// The all-reduced values returned as they are: no autograd history.
         NoGraph,
+        /// Each rank's own partial sum plus the bias: never all-reduced.
+        NoSum,
+        /// The bias spread over the ranks and all-reduced on its own: right
+        /// values, two all-reduces per forward.
+        TwoAllReduces,
     }
 
     impl RowForward for Mistake {
@@ -242,6 +247,9 @@ mod tests {
             bias: &Tensor,
         ) -> trainers::Result<Tensor> {
             let mut partial = input.f_matmul(&weight.f_tr()?)?;
+            if let Mistake::NoSum = self {
+                return Ok(partial.f_add(bias)?);
+            }
             if let Mistake::BiasPerRank = self {
                 partial = partial.f_add(bias)?;
             }
@@ -250,6 +258,18 @@ mod tests {
             match self {
                 Mistake::BiasPerRank => Ok(total.f_add(&partial.f_sub(&partial.f_detach()?)?)?),
                 Mistake::NoGraph => Ok(total.f_add(bias)?),
+                Mistake::TwoAllReduces => {
+                    let world = comm.world_size() as f64;
+                    let mut b = bias.f_detach()?.f_div_scalar(world)?.f_contiguous()?;
+                    comm.all_reduce(Input::InPlace, &mut buffer_mut(&mut b)?, ReduceOp::Sum)?;
+                    let with_graph = total.f_add(&partial.f_sub(&partial.f_detach()?)?)?;
+                    // b's values are the bias; the gradient still reaches
+                    // `bias` through the added zero.
+                    Ok(with_graph
+                        .f_add(&b)?
+                        .f_add(&bias.f_sub(&bias.f_detach()?)?)?)
+                }
+                Mistake::NoSum => unreachable!("returned before the all-reduce"),
             }
         }
     }
@@ -270,6 +290,20 @@ mod tests {
         let msg = message(Mistake::NoGraph);
         assert!(msg.contains("never reached `input`"), "{msg}");
         assert!(msg.contains("hint: keep-the-graph"), "{msg}");
+    }
+
+    #[test]
+    fn partials_never_summed_are_named() {
+        let msg = message(Mistake::NoSum);
+        assert!(msg.contains("yours gave 3.5 and 7.5"), "{msg}");
+        assert!(msg.contains("hint: sum-the-partials"), "{msg}");
+    }
+
+    #[test]
+    fn a_second_all_reduce_in_the_forward_is_named() {
+        let msg = message(Mistake::TwoAllReduces);
+        assert!(msg.contains("made 2 all-reduce call(s)"), "{msg}");
+        assert!(msg.contains("hint: one-all-reduce"), "{msg}");
     }
 
     #[test]
