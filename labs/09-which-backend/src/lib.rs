@@ -487,6 +487,19 @@ mod tests {
         validate(&Row::ALL.into_iter().map(rule_of_thumb).collect::<Vec<_>>()).unwrap();
     }
 
+    #[test]
+    fn a_row_guessed_twice_is_named() {
+        let mut g: Vec<Guess> = Row::ALL.into_iter().map(rule_of_thumb).collect();
+        g.push(Guess {
+            row: Row::LargeCpu,
+            pick: Pick::Gloo,
+            why: "second thoughts about the bandwidth",
+        });
+        let msg = validate(&g).unwrap_err().to_string();
+        assert!(msg.contains("is guessed 2 times"), "{msg}");
+        assert!(msg.contains("hint: row-guessed-twice"), "{msg}");
+    }
+
     fn rec(label: &str, c: Collective, bytes: u64, us: f64) -> Record {
         let mut r: Record = serde_json::from_value(json!({
             "label": label, "collective": c.key(), "world": 2, "bytes": bytes,
