@@ -280,6 +280,10 @@ mod tests {
         AllReduce,
         /// A fresh momentum buffer at every step.
         NoMomentum,
+        /// This rank's own gradient's block: no collective at all.
+        NeverReduced,
+        /// The update computed into a copy of the shard.
+        CopyUpdated,
     }
 
     impl GradPath for Mistake {
@@ -306,6 +310,18 @@ mod tests {
                         &mut buffer_mut(&mut mine)?,
                         op,
                     )?;
+                }
+                Mistake::NeverReduced | Mistake::CopyUpdated => {
+                    mine = grad.f_narrow(0, r * n, n)?.copy();
+                    if let Mistake::CopyUpdated = self {
+                        comm.reduce_scatter(
+                            Input::Buffer(buffer(grad)?),
+                            &mut buffer_mut(&mut mine)?,
+                            ReduceOp::Avg,
+                        )?;
+                        let mut copy = shard.copy();
+                        return sgd_update(&mut copy, &mine, momentum, sgd);
+                    }
                 }
                 Mistake::BlockZero | Mistake::AllReduce => {
                     let mut all = grad.copy();
@@ -360,6 +376,23 @@ mod tests {
         let msg = message(Mistake::AllReduce);
         assert!(msg.contains("sends 4096 bytes per rank"), "{msg}");
         assert!(msg.contains("hint: all-reduce-not-reduce-scatter"), "{msg}");
+    }
+
+    #[test]
+    fn own_gradient_never_reduced_is_named() {
+        let msg = message(Mistake::NeverReduced);
+        assert!(
+            msg.contains("rank 0's shard element 0 is -1 where -2 is expected"),
+            "{msg}"
+        );
+        assert!(msg.contains("hint: never-reduced"), "{msg}");
+    }
+
+    #[test]
+    fn an_update_that_never_reached_the_shard_is_named() {
+        let msg = message(Mistake::CopyUpdated);
+        assert!(msg.contains("the shard is unchanged"), "{msg}");
+        assert!(msg.contains("hint: update-the-shard"), "{msg}");
     }
 
     #[test]
