@@ -113,3 +113,43 @@ fn a_flatten_that_never_moves_its_offset_is_named() {
     assert!(said.contains("element 0: got 3, expected 1"), "{said}");
     assert!(said.ends_with("hint: flatten-offset"), "{said}");
 }
+
+/// Trainers' pieces, but the all-reduce averages a copy of `flat`, and
+/// `ready` holds every bucket back until backward has finished (stage 0).
+struct CopiedAndHeldBack;
+
+impl GradSync for CopiedAndHeldBack {
+    fn broadcast(&self, c: &dyn Communicator, t: &[Tensor], root: usize) -> trainers::Result<()> {
+        Standard.broadcast(c, t, root)
+    }
+    fn all_reduce_mean(&self, c: &dyn Communicator, flat: &mut Tensor) -> trainers::Result<()> {
+        let mut copy = flat.copy();
+        Standard.all_reduce_mean(c, &mut copy)
+    }
+    fn flatten(&self, g: &[Tensor], flat: &mut Tensor) -> trainers::Result<()> {
+        Standard.flatten(g, flat)
+    }
+    fn unflatten(&self, flat: &Tensor, g: &[Tensor]) -> trainers::Result<()> {
+        Standard.unflatten(flat, g)
+    }
+    fn ready(&self, stage: usize, rs: &[usize], next: usize) -> trainers::Result<usize> {
+        Ok(if stage == 0 { rs.len() } else { next })
+    }
+}
+
+#[test]
+fn a_mean_of_a_copy_is_named_not_in_place() {
+    let said = all_reduce_mean(&CopiedAndHeldBack).expect("no diagnosis");
+    assert!(
+        said.contains("rank 0 element 0: got 1, expected 1.5"),
+        "{said}"
+    );
+    assert!(said.ends_with("hint: not-in-place"), "{said}");
+}
+
+#[test]
+fn buckets_held_back_until_backward_ends_are_named_no_overlap() {
+    let said = ready(&CopiedAndHeldBack).expect("no diagnosis");
+    assert!(said.contains("returned 1, expected 3"), "{said}");
+    assert!(said.ends_with("hint: no-overlap"), "{said}");
+}
