@@ -89,6 +89,32 @@ fn ag_reduces(p: &mut TaggedTransport<'_>, buf: &mut [u8], blocks: &[Range<usize
     Ok(())
 }
 
+/// Every rank receives from its left before it sends to its right: each
+/// waits for a message its neighbour will only send after its own receive
+/// (issue 25's deadlocked ring).
+fn rs_receive_before_send(
+    p: &mut TaggedTransport<'_>,
+    buf: &mut [u8],
+    blocks: &[Range<usize>],
+    dtype: DType,
+    op: ReduceOp,
+) -> Result<()> {
+    let (r, n) = (p.rank(), p.world());
+    for s in 0..n - 1 {
+        let send = blocks[sub_mod(r, s + 1, n)].clone();
+        let recv = blocks[sub_mod(r, s + 2, n)].clone();
+        let (out, acc) = split_pair(buf, send, recv)?;
+        let sink = Sink::Reduce {
+            dst: acc,
+            dtype,
+            op,
+        };
+        p.recv(sub_mod(r, 1, n), sink)?;
+        p.send((r + 1) % n, out)?;
+    }
+    Ok(())
+}
+
 /// The binomial tree without renumbering: right for root 0 only.
 fn bc_not_renumbered(p: &mut TaggedTransport<'_>, buf: &mut [u8], _root: usize) -> Result<()> {
     tree::broadcast(p, buf, 0)
@@ -185,6 +211,18 @@ fn a_broadcast_that_waits_forever_is_named_within_seconds() {
         broadcast(p),
         "tree-peers",
         &["from root 0", "did not finish"],
+    );
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+}
+
+#[test]
+fn a_ring_that_receives_before_it_sends_is_named_within_seconds() {
+    let p = with(|p| p.reduce_scatter = rs_receive_before_send);
+    let t = std::time::Instant::now();
+    assert_named(
+        reduce_scatter(p),
+        "ring-unmatched",
+        &["reduce-scatter", "did not finish"],
     );
     assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
 }
