@@ -43,7 +43,9 @@
 //! - `segment.rs`: the file, its layout, creating and checking it.
 //! - `ring.rs`: the single-producer/single-consumer byte rings.
 //! - `single_copy.rs`: large messages read straight from the sender's
-//!   buffer (between thread ranks by default).
+//!   buffer (between thread ranks always, between processes where it pays).
+//! - `route.rs`: between processes, ring or single copy for each size,
+//!   chosen by timing both.
 //! - `streaming.rs`: copying messages larger than the cache out of the ring
 //!   without reading their destination first.
 //! - `wait.rs`: spinning, yielding and sleeping on the doorbell, and binding
@@ -54,6 +56,7 @@
 mod abort;
 mod liveness;
 mod ring;
+mod route;
 mod segment;
 mod single_copy;
 mod streaming;
@@ -116,6 +119,10 @@ pub struct ShmTransport {
     reach: Vec<Reach>,
     /// Where a cross-process single-copy reduction lands first.
     bounce: Vec<u64>,
+    /// `RINGSIDE_SHM_SINGLE_COPY`, read at set-up.
+    mode: single_copy::Mode,
+    /// Between processes in `auto` mode: ring or single copy, per size.
+    routes: route::Routes,
     /// This rank's CPU binding, undone when the transport goes.
     binding: Option<crate::sys::affinity::Binding>,
     /// Hears of stalled waits (the flight recorder).
@@ -136,6 +143,8 @@ impl fmt::Debug for ShmTransport {
             .field("rank", &self.rank)
             .field("world", &self.world)
             .field("ring_bytes", &self.layout.cap)
+            .field("single_copy", &self.mode)
+            .field("routes_decided", &self.routes.decided())
             .finish_non_exhaustive()
     }
 }
@@ -282,6 +291,8 @@ impl ShmTransport {
             cpu: 0,
             reach: vec![Reach::Ring; world],
             bounce: Vec::new(),
+            mode,
+            routes: route::Routes::default(),
             binding,
             watch: None,
         };
@@ -338,9 +349,15 @@ impl Transport for ShmTransport {
             self.check_peer(*p, "receive from")?;
         }
         self.check_abort()?;
+        // The whole operation's buffer decides whether copies stream (an
+        // all_reduce of 32 MiB receives 16 MiB messages but sweeps 32 MiB),
+        // and with the message's size which path a message takes.
+        let whole = (tag.count as usize).saturating_mul(tag.dtype.size());
+        let route = send.map(|(peer, payload)| self.route(peer, payload.len(), whole));
+        let single = route.is_some_and(|(r, _)| r.single);
+        let started = route.filter(|(r, _)| r.timed).map(|_| Instant::now());
         // A single-copy message streams its descriptor instead of the
         // payload; the array outlives the exchange's borrow of it.
-        let single = send.is_some_and(|(peer, payload)| self.single_copy_to(peer, payload.len()));
         let desc = match send {
             Some((_, payload)) if single => single_copy::descriptor(payload),
             _ => [0; DESCRIPTOR_LEN],
@@ -363,9 +380,6 @@ impl Transport for ShmTransport {
                 ack: None,
             }
         });
-        // The whole operation's buffer decides whether copies stream (an
-        // all_reduce of 32 MiB receives 16 MiB messages but sweeps 32 MiB).
-        let whole = (tag.count as usize).saturating_mul(tag.dtype.size());
         let mut rx = recv.map(|(peer, sink)| Rx {
             peer,
             want: sink.len(),
@@ -399,6 +413,9 @@ impl Transport for ShmTransport {
             }
             self.wait(tag, tx.as_ref(), rx.as_ref(), &mut w, &mut deadline)?;
         })();
+        if let (Ok(()), Some(t0), Some((r, class))) = (&result, started, route) {
+            self.routes.record(class, r.single, t0.elapsed());
+        }
         if let (Err(e), Some(t)) = (&result, &tx) {
             if t.ack.is_some() {
                 // Our payload may be under a peer's read: it must not be

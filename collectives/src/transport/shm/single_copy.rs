@@ -26,20 +26,23 @@
 //!   straight out of the sender's buffer with ordinary loads, one pass
 //!   instead of two. On by default.
 //! - Ranks in separate processes: only through `process_vm_readv`, and
-//!   there the kernel's copy (about 10 GB/s from cache, 5 GB/s from memory,
-//!   against memcpy's 40 and 8.5 on the same VM) is slower than the ring's
-//!   two user-space copies, one of which stays in cache: a 2-rank all_reduce
-//!   of 4 MiB took 2.3 ms instead of 0.25. So it is off unless asked for,
-//!   for machines where it wins (bare metal with fast page pinning).
+//!   whether that wins depends on the machine. On the EPYC VM the kernel's
+//!   copy (about 10 GB/s from cache, 5 GB/s from memory, against memcpy's
+//!   40 and 8.5) was slower than the ring's two user-space copies, one of
+//!   which stays in cache: a 2-rank all_reduce of 4 MiB took 2.3 ms instead
+//!   of 0.25. On a Xeon VM it wins at 2 to 8 MiB. So by default each sender
+//!   times both paths per size class and keeps the faster (`route.rs`).
 //!
-//! `RINGSIDE_SHM_SINGLE_COPY` chooses: `threads` (the default), `processes`
-//! (threads and, through `process_vm_readv`, processes), `off` (every
-//! message through the ring).
+//! `RINGSIDE_SHM_SINGLE_COPY` chooses: `auto` (the default: threads, and
+//! between processes whichever of ring and `process_vm_readv` measures
+//! faster for each size, see `route.rs`), `threads`, `processes` (threads
+//! and, always, processes), `off` (every message through the ring).
 
 use std::sync::atomic::{Ordering, fence};
 use std::time::Instant;
 
 use super::ShmTransport;
+use super::route::{Class, Route};
 use super::segment::{Layout, R_PROBE, Segment};
 use crate::error::{Error, Result};
 use crate::transport::Sink;
@@ -94,12 +97,15 @@ pub(super) enum Mode {
     Off,
     /// Peers that are threads of this process.
     Threads,
-    /// Those, and peer processes `process_vm_readv` can read.
+    /// Those, and peer processes `process_vm_readv` can read, for the sizes
+    /// where timing shows it faster than the ring (`route.rs`).
+    Auto,
+    /// Those, and peer processes `process_vm_readv` can read, always.
     Processes,
 }
 
 impl Mode {
-    /// Reads `RINGSIDE_SHM_SINGLE_COPY`; unset means `threads`.
+    /// Reads `RINGSIDE_SHM_SINGLE_COPY`; unset means `auto`.
     pub(super) fn from_env() -> Result<Mode> {
         Mode::parse(std::env::var("RINGSIDE_SHM_SINGLE_COPY").ok().as_deref())
     }
@@ -107,11 +113,12 @@ impl Mode {
     /// Parses the variable's value (`None`: unset).
     pub(super) fn parse(v: Option<&str>) -> Result<Mode> {
         match v.map(str::to_ascii_lowercase).as_deref() {
-            None | Some("" | "threads") => Ok(Mode::Threads),
+            None | Some("" | "auto") => Ok(Mode::Auto),
+            Some("threads") => Ok(Mode::Threads),
             Some("off" | "0" | "none") => Ok(Mode::Off),
             Some("processes" | "on" | "cma") => Ok(Mode::Processes),
             Some(other) => Err(Error::InvalidArgument(format!(
-                "RINGSIDE_SHM_SINGLE_COPY={other}: expected off, threads or processes"
+                "RINGSIDE_SHM_SINGLE_COPY={other}: expected auto, off, threads or processes"
             ))),
         }
     }
@@ -179,7 +186,7 @@ impl ShmTransport {
                 Reach::Ring
             } else if peer.pid == me {
                 Reach::SameProcess
-            } else if mode == Mode::Processes && peer.watch {
+            } else if matches!(mode, Mode::Processes | Mode::Auto) && peer.watch {
                 let addr = self
                     .seg
                     .u64_at(self.layout.rank(p) + R_PROBE)
@@ -202,7 +209,8 @@ impl ShmTransport {
         }
     }
 
-    /// Whether a message of `len` bytes to `peer` goes by single copy.
+    /// Whether `peer` reads messages of `len` bytes from our memory when we
+    /// send it a descriptor (it said so at set-up).
     pub(super) fn single_copy_to(&self, peer: usize, len: usize) -> bool {
         len >= MIN_BYTES
             && self
@@ -210,6 +218,26 @@ impl ShmTransport {
                 .u64_at(self.layout.single_copy(self.rank, peer))
                 .load(Ordering::Acquire)
                 != 0
+    }
+
+    /// The path of a `len`-byte message to `peer` in an operation over
+    /// `whole` bytes: single copy where the peer offers it and, between
+    /// processes in `auto` mode, where timing chose it (`route.rs`).
+    pub(super) fn route(&mut self, peer: usize, len: usize, whole: usize) -> (Route, Class) {
+        let class = Class::of(len, whole);
+        let untimed = |single| Route {
+            single,
+            timed: false,
+        };
+        if !self.single_copy_to(peer, len) {
+            return (untimed(false), class);
+        }
+        let route = if self.mode != Mode::Auto || self.peers[peer].pid == std::process::id() {
+            untimed(true)
+        } else {
+            self.routes.pick(class)
+        };
+        (route, class)
     }
 
     /// Moves the next piece of a single-copy message from `peer`'s buffer

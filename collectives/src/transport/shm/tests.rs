@@ -439,12 +439,14 @@ fn thread_ranks_read_large_messages_straight_from_the_sender() {
 #[test]
 fn single_copy_setting_is_parsed_and_bad_values_are_refused() {
     use single_copy::Mode;
-    assert_eq!(Mode::parse(None).unwrap(), Mode::Threads);
+    assert_eq!(Mode::parse(None).unwrap(), Mode::Auto);
+    assert_eq!(Mode::parse(Some("threads")).unwrap(), Mode::Threads);
     assert_eq!(Mode::parse(Some("OFF")).unwrap(), Mode::Off);
     assert_eq!(Mode::parse(Some("processes")).unwrap(), Mode::Processes);
     let e = Mode::parse(Some("fast")).unwrap_err().to_string();
     assert!(
-        e.contains("RINGSIDE_SHM_SINGLE_COPY=fast") && e.contains("off, threads or processes"),
+        e.contains("RINGSIDE_SHM_SINGLE_COPY=fast")
+            && e.contains("auto, off, threads or processes"),
         "{e}"
     );
 }

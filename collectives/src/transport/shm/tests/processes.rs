@@ -98,7 +98,13 @@ fn parent_and_child(
     };
     let o = opts("p/", timeout);
     let child = spawn_child(role, dir.path(), &o, extra);
-    let t = ShmTransport::connect(&store, 0, 2, &o).unwrap();
+    let mut t = ShmTransport::connect(&store, 0, 2, &o).unwrap();
+    // Both ranks of a job share the environment: what the child was given
+    // for single copy holds for this rank too (set here, not in this
+    // process's environment, which the other tests share).
+    if let Some((_, v)) = extra.iter().find(|(k, _)| *k == "RINGSIDE_SHM_SINGLE_COPY") {
+        t.mode = single_copy::Mode::parse(Some(v)).unwrap();
+    }
     (dir, child, t)
 }
 
@@ -182,6 +188,21 @@ fn child_rank() {
             let msg = pattern(1, 7, len);
             t.exchange(&tag(7, len), Some((0, &msg)), None).unwrap();
         }
+        // Swap a message of one size class with rank 0, both ways at
+        // once, as a 2-rank ring does (`auto` mode, the default).
+        "swap" => {
+            for seq in 0..SWAPS {
+                let mine = pattern(1, seq, BIG);
+                let mut got = vec![0u8; BIG];
+                t.exchange(
+                    &tag(seq, BIG),
+                    Some((0, &mine)),
+                    Some((0, Sink::Copy(&mut got))),
+                )
+                .unwrap();
+                assert!(got == pattern(0, seq, BIG), "swap {seq}");
+            }
+        }
         // Offer to read rank 0's memory, then exit without reading.
         "exit" => {}
         "bench" => bench_peer(&mut t),
@@ -259,11 +280,41 @@ fn single_copy_between_processes_reads_the_senders_memory() {
     assert!(child.wait().unwrap().success());
 }
 
+/// Messages swapped by the `swap` role: enough to decide their class.
+const SWAPS: u32 = 12;
+
+#[test]
+fn auto_mode_times_both_paths_then_keeps_one_and_every_message_arrives() {
+    let (_dir, mut child, mut t) = parent_and_child("swap", Duration::from_secs(20), &[]);
+    for seq in 0..SWAPS {
+        let mine = pattern(0, seq, BIG);
+        let mut got = vec![0u8; BIG];
+        t.exchange(
+            &tag(seq, BIG),
+            Some((1, &mine)),
+            Some((1, Sink::Copy(&mut got))),
+        )
+        .unwrap();
+        assert!(got == pattern(1, seq, BIG), "swap {seq}");
+    }
+    assert!(child.wait().unwrap().success());
+    let decided = t.routes.decided();
+    if !t.single_copy_to(1, BIG) {
+        eprintln!("process_vm_readv is refused here: every message went through the ring");
+        assert!(decided.is_empty(), "{decided:?}");
+        return;
+    }
+    // One class, decided one way or the other (which depends on the machine).
+    assert_eq!(decided.len(), 1, "{decided:?}");
+    eprintln!("auto chose single copy: {}", decided[0].2);
+}
+
 #[test]
 fn a_message_larger_than_the_cache_arrives_intact_through_the_ring() {
+    let threads = [("RINGSIDE_SHM_SINGLE_COPY", "threads".to_owned())];
     let (_dir, mut child, mut t) =
-        parent_and_child("send-past-cache", Duration::from_secs(20), &[]);
-    // Between processes single copy is off by default: the ring carries it.
+        parent_and_child("send-past-cache", Duration::from_secs(20), &threads);
+    // Between processes single copy is off in `threads` mode: the ring carries it.
     assert!(!t.single_copy_to(1, 1 << 30));
     let len = super::super::streaming::threshold() + 13;
     // An odd offset, so the destination's head is unaligned.
