@@ -1,9 +1,15 @@
 //! Lab 1: a first all-reduce — by hand from `send`/`recv` (the learner's
 //! [`exercise`]), then with the communicator's own `all_reduce`, timed side by side
 //! by the program (`cargo lab 1`).
+//!
+//! The optional stretch goal, timing a collective as nccl-tests does, is the
+//! learner's `src/stretch.rs`, compiled only by its own check
+//! `tests/stretch.rs`; [`timing`] judges it, and its solution
+//! ([`solution::time_collective`]) is `collectives::bench::time`.
 
 pub mod exercise;
 pub mod solution;
+pub mod timing;
 
 use std::time::Duration;
 

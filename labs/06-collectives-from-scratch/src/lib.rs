@@ -4,9 +4,15 @@
 //! suite as the backend's own algorithms, and timed beside them by the program
 //! (`cargo lab 6`). The solution is the backend's own code ([`Builtin`]: the
 //! ring of `algorithms/ring.rs`, the tree of `algorithms/tree.rs`).
+//!
+//! The optional stretch goal, a bidirectional ring, is the learner's
+//! `src/stretch.rs`, compiled only by its own check `tests/stretch.rs`;
+//! [`bidirectional`] judges it and [`solution`] is its reference.
 
+pub mod bidirectional;
 pub mod diagnose;
 pub mod exercise;
+pub mod solution;
 
 use std::sync::Arc;
 use std::time::Duration;

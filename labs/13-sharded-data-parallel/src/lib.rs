@@ -5,8 +5,14 @@
 //! shard's update); the solution is trainers' own [`ReduceScatterStep`]. The
 //! program checks each stage against DDP and measures what each holds and
 //! moves per rank.
+//!
+//! The optional stretch goal, ZeRO-3's parameter gather, is the learner's
+//! `src/stretch.rs`, compiled only by its own check `tests/stretch.rs`;
+//! [`gather`] judges it against the unsharded model, and its solution is
+//! trainers' own [`trainers::zero::gather_unit`], which [`Zero`](trainers::zero::Zero) calls.
 
 pub mod exercise;
+pub mod gather;
 
 pub use labkit_torch::{fashion_mnist, lab_error};
 use std::sync::Arc;

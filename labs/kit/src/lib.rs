@@ -79,6 +79,20 @@ pub enum LabError {
         /// The file to edit.
         file: &'static str,
     },
+    /// A piece of a lab's optional stretch goal not written yet: its own
+    /// marker, so the test suite tells it from the main exercise's TODO.
+    #[error(
+        "TODO(lab {lab:02} stretch): {what} is not written yet. Edit {file}, then \
+         `cargo lab check {lab} --stretch`; `cargo lab hint {lab} --stretch` if you are stuck"
+    )]
+    StretchTodo {
+        /// The lab's number.
+        lab: u32,
+        /// Which piece.
+        what: &'static str,
+        /// The file to edit.
+        file: &'static str,
+    },
     /// A collective or point-to-point call failed (a peer's error, a timeout).
     #[error(transparent)]
     Collective(#[from] collectives::Error),
@@ -159,6 +173,13 @@ pub fn todo(lab: u32, what: &'static str, file: &'static str) -> LabError {
     LabError::Todo { lab, what, file }
 }
 
+/// The error an unsolved piece of a stretch goal returns:
+/// `stretch_todo(6, "the bidirectional ring", file!())`, as [`todo()`] is for
+/// the main exercise.
+pub fn stretch_todo(lab: u32, what: &'static str, file: &'static str) -> LabError {
+    LabError::StretchTodo { lab, what, file }
+}
+
 /// The error an unsolved piece behind one of `trainers`' seams returns (the
 /// exercise's methods return `trainers::Result`):
 /// `Err(labkit::todo!(7, "step 1: broadcast"))` is [`todo()`] with this file's
@@ -201,5 +222,19 @@ mod tests {
         ] {
             assert!(s.contains(part), "{s}");
         }
+    }
+    #[test]
+    fn the_stretch_todo_names_its_own_marker_and_the_stretch_commands() {
+        let s = stretch_todo(6, "the bidirectional ring", "labs/06-x/src/stretch.rs").to_string();
+        for part in [
+            "TODO(lab 06 stretch)",
+            "labs/06-x/src/stretch.rs",
+            "cargo lab check 6 --stretch",
+            "cargo lab hint 6 --stretch",
+        ] {
+            assert!(s.contains(part), "{s}");
+        }
+        // The gate tells the stretch's TODO from the main exercise's.
+        assert!(!s.contains("TODO(lab 06)"), "{s}");
     }
 }

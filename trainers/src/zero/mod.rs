@@ -40,7 +40,7 @@ pub use ledger::{Ledger, Memory};
 use std::sync::Arc;
 
 use collectives::{Communicator, Input, ReduceOp};
-use tch::{Kind, Tensor};
+use tch::Tensor;
 
 use crate::autograd::backward_with_grad;
 use crate::comm::{buffer, buffer_mut};
@@ -162,6 +162,21 @@ impl GradPath for ReduceScatterStep {
     }
     // ANCHOR_END: grad_path
 }
+
+// ANCHOR: gather_unit
+/// ZeRO-3's parameter gather: one unit's whole flat parameters (padded,
+/// `world · shard.numel()` elements, rank r's shard at `r · shard.numel()`),
+/// from every rank's `shard`, on every rank. [`Zero`] calls it before each
+/// unit's forward and again before its backward; lab 13's stretch goal has
+/// the learner write it.
+pub fn gather_unit(comm: &dyn Communicator, shard: &Tensor) -> Result<Tensor> {
+    let len = shard.numel() as i64 * comm.world_size() as i64;
+    let mut full = Tensor::f_zeros([len], (shard.kind(), shard.device()))?;
+    // Each rank contributes its shard and receives everyone's, in rank order.
+    comm.all_gather(Input::Buffer(buffer(shard)?), &mut buffer_mut(&mut full)?)?;
+    Ok(full)
+}
+// ANCHOR_END: gather_unit
 
 /// The layer widths of the MLP a [`Zero`] trains, input first: `[784, 1024,
 /// 1024, 10]` is three units. GELU between units.
@@ -348,11 +363,7 @@ impl Zero {
             .shard
             .as_ref()
             .ok_or_else(|| Error::Model("no shard".into()))?;
-        let mut full = Tensor::f_zeros(
-            [u.shard_len * self.world as i64],
-            (Kind::Float, shard.device()),
-        )?;
-        comm.all_gather(Input::Buffer(buffer(shard)?), &mut buffer_mut(&mut full)?)?;
+        let full = gather_unit(comm, shard)?;
         self.ledger.params(full.numel() as i64);
         Ok(full)
     }

@@ -23,8 +23,12 @@
 //!
 //! A key the lab does not define is reported (a typo in the check or in
 //! `info.toml`) and the ladder is used.
+//!
+//! A stretch goal (`[lab.stretch]`) has its own `hints` ladder and
+//! `[[lab.stretch.diagnosis]]` keyed hints, under the same protocol, and its own
+//! place in the progress file, so climbing one ladder spends nothing of the other.
 
-use super::info::Lab;
+use super::info::Diagnosis;
 use super::progress::fingerprint;
 
 /// What a failed self-check printed, read for the hint protocol.
@@ -166,25 +170,27 @@ pub enum Shown<'a> {
     },
 }
 
-/// The verdict of the protocol: what to show for `failure`, given that `shown`
-/// ladder steps were shown so far and the last failed check had signature `last`.
-/// Returns also the keys the check named that the lab does not define.
+/// The verdict of the protocol: what to show for `failure`, from the `ladder`
+/// and keyed hints `diagnosis` of the part checked, given that `shown` ladder
+/// steps were shown so far and the last failed check had signature `last`.
+/// Returns also the keys the check named that `diagnosis` does not define.
 pub fn choose<'a>(
-    lab: &'a Lab,
+    ladder: &[String],
+    diagnosis: &'a [Diagnosis],
     failure: &'a Failure,
     shown: usize,
     last: Option<&str>,
 ) -> (Shown<'a>, Vec<&'a str>) {
     let mut unknown = Vec::new();
     for key in &failure.keys {
-        match lab.diagnosis.iter().find(|d| d.key == *key) {
+        match diagnosis.iter().find(|d| d.key == *key) {
             Some(d) => {
                 return (Shown::Keyed { key, hint: &d.hint }, unknown);
             }
             None => unknown.push(key.as_str()),
         }
     }
-    let last_step = lab.hints.len().saturating_sub(1);
+    let last_step = ladder.len().saturating_sub(1);
     let shown_step = if last == Some(failure.signature.as_str()) && shown > 0 {
         Shown::Ladder {
             step: (shown - 1).min(last_step),
@@ -202,23 +208,30 @@ pub fn choose<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::labs::info::Diagnosis;
 
-    fn lab() -> Lab {
-        Lab {
-            number: 7,
-            name: "ddp".into(),
-            title: "t".into(),
-            goal: "g".into(),
-            minutes: 1,
-            gpu: false,
-            done: "d".into(),
+    /// A ladder of three steps and one keyed hint, as a lab (or its stretch) has.
+    struct Hints {
+        hints: Vec<String>,
+        diagnosis: Vec<Diagnosis>,
+    }
+
+    fn lab() -> Hints {
+        Hints {
             hints: vec!["Concept?".into(), "Approach?".into(), "Code?".into()],
             diagnosis: vec![Diagnosis {
                 key: "avg-not-sum".into(),
                 hint: "Sum or mean?".into(),
             }],
         }
+    }
+
+    fn choose<'a>(
+        lab: &'a Hints,
+        failure: &'a Failure,
+        shown: usize,
+        last: Option<&str>,
+    ) -> (Shown<'a>, Vec<&'a str>) {
+        super::choose(&lab.hints, &lab.diagnosis, failure, shown, last)
     }
 
     const SUMMED: &str = "running 1 test\ntest step_1 ... FAILED\n\n---- step_1 stdout ----\n\

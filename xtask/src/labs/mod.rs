@@ -9,6 +9,9 @@
 //! * `cargo lab hint N`: the hint ladder (concept, approach, near-code), one step
 //!   more each time;
 //! * `cargo lab reset N`: restore the starter exercise, after asking, keeping a backup;
+//! * `--stretch` on `check`, `hint` and `reset`: the same for the lab's optional
+//!   stretch goal (`src/stretch.rs`, checked by its own test `tests/stretch.rs`,
+//!   built apart from the main check so that neither depends on the other);
 //! * `cargo lab N --cleanup`: remove the network namespaces, bridges and veths that
 //!   an interrupted run of a lab with simulated hosts (8, 11) left behind.
 //!
@@ -26,7 +29,7 @@ use crate::cargo::cargo;
 use crate::ui;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use info::Lab;
+use info::{Lab, Part};
 use progress::{Checked, Progress, fingerprint};
 use std::io::Write as _;
 use std::path::Path;
@@ -105,11 +108,17 @@ enum LabCommand {
         /// Check the reference solution instead (it must pass; for lab authors).
         #[arg(long)]
         solution: bool,
+        /// Check the lab's optional stretch goal (src/stretch.rs) instead.
+        #[arg(long)]
+        stretch: bool,
     },
     /// Show lab N's hints: the concept, then the approach, then near the code.
     Hint {
         /// The lab's number.
         number: u32,
+        /// The stretch goal's hints instead.
+        #[arg(long)]
+        stretch: bool,
     },
     /// Put lab N's starter exercise back (your version is kept in .ringside/backups/).
     Reset {
@@ -118,7 +127,15 @@ enum LabCommand {
         /// Do not ask.
         #[arg(long)]
         yes: bool,
+        /// Put the stretch goal's starter (src/stretch.rs) back instead.
+        #[arg(long)]
+        stretch: bool,
     },
+}
+
+/// The part `--stretch` selects.
+fn part(stretch: bool) -> Part {
+    if stretch { Part::Stretch } else { Part::Main }
 }
 
 /// Runs a `cargo lab` command.
@@ -126,18 +143,34 @@ pub fn run(root: &Path, args: LabArgs) -> Result<()> {
     let labs = info::load(root)?;
     match (args.command, args.number) {
         (Some(LabCommand::List), _) | (None, None) => list(root, &labs),
-        (Some(LabCommand::Check { number, solution }), _) => {
+        (
+            Some(LabCommand::Check {
+                number,
+                solution,
+                stretch,
+            }),
+            _,
+        ) => {
             let lab = info::find(&labs, number)?;
+            let part = part(stretch);
+            lab.require(part)?;
             if solution {
-                check_solution(root, lab)
+                check_solution(root, lab, part)
             } else {
-                check(root, lab)
+                check(root, lab, part)
             }
         }
-        (Some(LabCommand::Hint { number }), _) => hint(root, info::find(&labs, number)?),
-        (Some(LabCommand::Reset { number, yes }), _) => {
-            reset(root, info::find(&labs, number)?, yes)
+        (Some(LabCommand::Hint { number, stretch }), _) => {
+            hint(root, info::find(&labs, number)?, part(stretch))
         }
+        (
+            Some(LabCommand::Reset {
+                number,
+                yes,
+                stretch,
+            }),
+            _,
+        ) => reset(root, info::find(&labs, number)?, part(stretch), yes),
         (None, Some(number)) if args.cleanup => {
             info::find(&labs, number)?;
             cleanup(number)
@@ -205,13 +238,15 @@ impl Status {
     }
 }
 
-fn status(root: &Path, lab: &Lab, progress: &Progress) -> Result<Status> {
-    let mine = std::fs::read(lab.exercise(root))
-        .with_context(|| format!("reading {}", lab.exercise_rel()))?;
-    if starter(root, lab).is_ok_and(|s| s == mine) {
+/// What `cargo lab list` says about `part` of `lab`, from its file and the
+/// last check remembered.
+fn status(root: &Path, lab: &Lab, part: Part, progress: &Progress) -> Result<Status> {
+    let mine = std::fs::read(lab.file(root, part))
+        .with_context(|| format!("reading {}", lab.file_rel(part)))?;
+    if starter(root, lab, part).is_ok_and(|s| s == mine) {
         return Ok(Status::NotStarted);
     }
-    Ok(match progress.get(&lab.short()).last_check {
+    Ok(match progress.get(&lab.progress_key(part)).last_check {
         Some(Checked { passed, exercise }) if exercise == fingerprint(&mine) => {
             if passed {
                 Status::Passes
@@ -232,22 +267,31 @@ fn list(root: &Path, labs: &[Lab]) -> Result<()> {
             lab.title.clone(),
             lab.minutes.to_string(),
             if lab.gpu { "yes" } else { "" }.to_owned(),
-            status(root, lab, &progress)?.word().to_owned(),
+            status(root, lab, Part::Main, &progress)?.word().to_owned(),
+            match lab.stretch {
+                Some(_) => status(root, lab, Part::Stretch, &progress)?
+                    .word()
+                    .to_owned(),
+                None => String::new(),
+            },
         ]);
     }
     print!("{}", table(&rows));
     println!(
         "\n`cargo lab N` runs lab N, `cargo lab check N` checks your exercise, \
-         `cargo lab hint N` helps; `cargo xtask book` builds the book with your figures."
+         `cargo lab hint N` helps; `cargo xtask book` builds the book with your figures.\n\
+         A lab with a stretch status has an optional stretch goal for when you are done: \
+         `cargo lab check N --stretch`, `cargo lab hint N --stretch`."
     );
     Ok(())
 }
 
 /// `cargo lab list`'s table: every column as wide as its widest cell (counted in
-/// characters, so a title with a `−` lines up), the minutes right-aligned.
-fn table(rows: &[[String; 5]]) -> String {
-    let head = ["lab", "title", "min", "gpu", "status"].map(String::from);
-    let mut width = [0; 5];
+/// characters, so a title with a `−` lines up), the minutes right-aligned. The
+/// last column is the stretch goal's status, empty for a lab without one.
+fn table(rows: &[[String; 6]]) -> String {
+    let head = ["lab", "title", "min", "gpu", "status", "stretch"].map(String::from);
+    let mut width = [0; 6];
     for row in std::iter::once(&head).chain(rows) {
         for (w, cell) in width.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
@@ -256,16 +300,18 @@ fn table(rows: &[[String; 5]]) -> String {
     let mut out = String::new();
     for row in std::iter::once(&head).chain(rows) {
         let line = format!(
-            "{:<w0$}  {:<w1$}  {:>w2$}  {:<w3$}  {}",
+            "{:<w0$}  {:<w1$}  {:>w2$}  {:<w3$}  {:<w4$}  {}",
             row[0],
             row[1],
             row[2],
             row[3],
             row[4],
+            row[5],
             w0 = width[0],
             w1 = width[1],
             w2 = width[2],
             w3 = width[3],
+            w4 = width[4],
         );
         out.push_str(line.trim_end());
         out.push('\n');
@@ -276,10 +322,18 @@ fn table(rows: &[[String; 5]]) -> String {
 /// What a build selects.
 #[derive(Debug, Clone, Copy)]
 enum Scope<'a> {
-    /// One lab's package only: its self-check and its program, in one cargo call.
-    Lab(&'a Lab),
-    /// Every package (the CI gate, which needs every lab anyway).
-    Workspace,
+    /// One lab's package only: the self-check of one part and its program, in
+    /// one cargo call. The main check's build never compiles `src/stretch.rs`
+    /// (only `tests/stretch.rs` includes it), so a half-written stretch cannot
+    /// break the main exercise's check or run.
+    Lab(&'a Lab, Part),
+    /// Every package (the CI gate, which needs every lab anyway), with the
+    /// stretch checks too when `stretch` (when some lab has a stretch goal:
+    /// cargo refuses `--test stretch` that no package has).
+    Workspace {
+        /// Whether to build the `stretch` tests too.
+        stretch: bool,
+    },
 }
 
 /// The cargo arguments that build what `scope` selects.
@@ -291,12 +345,19 @@ enum Scope<'a> {
 /// package means a lab whose exercise does not compile cannot block another lab's
 /// check, and cargo shows only this package's (and its dependencies') warnings.
 fn build_args(scope: Scope<'_>, release: bool) -> Vec<String> {
-    let mut args: Vec<String> = ["test", "--no-run", "--test", "check"]
-        .map(String::from)
-        .into();
+    let mut args: Vec<String> = ["test", "--no-run"].map(String::from).into();
     match scope {
-        Scope::Lab(lab) => args.extend(["-p".into(), lab.package()]),
-        Scope::Workspace => args.push("--workspace".into()),
+        Scope::Lab(lab, part) => {
+            args.extend(["--test".into(), part.test().into()]);
+            args.extend(["-p".into(), lab.package()]);
+        }
+        Scope::Workspace { stretch } => {
+            args.extend(["--test".into(), "check".into()]);
+            if stretch {
+                args.extend(["--test".into(), "stretch".into()]);
+            }
+            args.push("--workspace".into());
+        }
     }
     if release {
         args.push("--release".into());
@@ -318,13 +379,13 @@ fn build(root: &Path, args: &[String]) -> Result<Vec<Artifact>> {
     Ok(artifacts(&String::from_utf8_lossy(&out.stdout)))
 }
 
-/// Builds lab `lab` (its self-check and its program, release), first saying how
-/// long a first build takes when there is nothing built for it yet.
-fn build_lab(root: &Path, lab: &Lab) -> Result<Vec<Artifact>> {
+/// Builds lab `lab` (the self-check of `part` and its program, release), first
+/// saying how long a first build takes when there is nothing built for it yet.
+fn build_lab(root: &Path, lab: &Lab, part: Part) -> Result<Vec<Artifact>> {
     if let Some(note) = first_build_note(root, lab) {
         ui::say(&note);
     }
-    build(root, &build_args(Scope::Lab(lab), true))
+    build(root, &build_args(Scope::Lab(lab, part), true))
 }
 
 /// Where cargo puts what it builds: `$CARGO_TARGET_DIR`, else `target/`.
@@ -425,7 +486,7 @@ fn run_lab(root: &Path, lab: &Lab, solution: bool, args: &[String]) -> Result<Ex
             ""
         }
     );
-    let built = build_lab(root, lab)?;
+    let built = build_lab(root, lab, Part::Main)?;
     let exe = find_artifact(&built, root, lab, &lab.package())?;
     let mut cmd = Command::new(exe);
     cmd.current_dir(root).args(args);
@@ -455,19 +516,17 @@ fn self_check(check_exe: &Path, root: &Path, solution: bool) -> Result<Output> {
         .with_context(|| format!("running {}", check_exe.display()))
 }
 
-fn check(root: &Path, lab: &Lab) -> Result<()> {
-    let mine = std::fs::read(lab.exercise(root))?;
-    ui::say(&format!(
-        "checking lab {} ({})",
-        lab.number,
-        lab.exercise_rel()
-    ));
-    let built = build_lab(root, lab)?;
-    let exe = find_artifact(&built, root, lab, "check")?;
+fn check(root: &Path, lab: &Lab, part: Part) -> Result<()> {
+    let mine = std::fs::read(lab.file(root, part))
+        .with_context(|| format!("reading {}", lab.file_rel(part)))?;
+    let (what, flag) = (what(lab, part), part.flag());
+    ui::say(&format!("checking {what} ({})", lab.file_rel(part)));
+    let built = build_lab(root, lab, part)?;
+    let exe = find_artifact(&built, root, lab, part.test())?;
     let out = ui::with_spinner("checking", || self_check(&exe, root, false))?;
     let passed = out.status.success();
     let mut progress = Progress::load(root);
-    progress.update(&lab.short(), |p| {
+    progress.update(&lab.progress_key(part), |p| {
         p.last_check = Some(Checked {
             passed,
             exercise: fingerprint(&mine),
@@ -477,56 +536,89 @@ fn check(root: &Path, lab: &Lab) -> Result<()> {
         }
     })?;
     if passed {
-        println!(
-            "lab {} passes its check. Run it: `cargo lab {}`; then read its chapter \
-             (`cargo xtask book`) and its questions.",
-            lab.number, lab.number
-        );
+        match part {
+            Part::Main => println!(
+                "lab {} passes its check. Run it: `cargo lab {}`; then read its chapter \
+                 (`cargo xtask book`) and its questions.{}",
+                lab.number,
+                lab.number,
+                lab.stretch.as_ref().map_or(String::new(), |s| format!(
+                    "\nDone early? An optional stretch goal: {} (`cargo lab check {} --stretch`).",
+                    s.title, lab.number
+                ))
+            ),
+            Part::Stretch => println!(
+                "{what} passes its check. Its chapter's \"Stretch goal\" section has \
+                 questions to go further."
+            ),
+        }
         return Ok(());
     }
     std::io::stdout().write_all(&out.stdout)?;
     std::io::stderr().write_all(&out.stderr)?;
-    println!("\nlab {} does not pass yet. {}", lab.number, lab.done);
+    match (part, &lab.stretch) {
+        (Part::Stretch, Some(s)) => println!("\n{what} does not pass yet. {}", s.ask),
+        _ => println!("\nlab {} does not pass yet. {}", lab.number, lab.done),
+    }
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    hint_for_failure(lab, &mut progress, &text)?;
-    bail!("lab {} fails its check", lab.number)
+    hint_for_failure(lab, part, &mut progress, &text)?;
+    bail!(
+        "{what} fails its check (`cargo lab check {}{flag}`)",
+        lab.number
+    )
 }
 
-/// `cargo lab check N --solution`: the self-check on the reference solution, as the
-/// suite's gate runs it; it records nothing and shows no hint.
-fn check_solution(root: &Path, lab: &Lab) -> Result<()> {
-    ui::say(&format!("checking lab {}'s reference solution", lab.number));
-    let built = build_lab(root, lab)?;
-    let exe = find_artifact(&built, root, lab, "check")?;
+/// "lab 6", or "lab 6's stretch goal".
+fn what(lab: &Lab, part: Part) -> String {
+    match part {
+        Part::Main => format!("lab {}", lab.number),
+        Part::Stretch => format!("lab {}'s stretch goal", lab.number),
+    }
+}
+
+/// `cargo lab check N --solution [--stretch]`: the self-check on the reference
+/// solution, as the suite's gate runs it; it records nothing and shows no hint.
+fn check_solution(root: &Path, lab: &Lab, part: Part) -> Result<()> {
+    let what = what(lab, part);
+    ui::say(&format!("checking {what}'s reference solution"));
+    let built = build_lab(root, lab, part)?;
+    let exe = find_artifact(&built, root, lab, part.test())?;
     let out = ui::with_spinner("checking", || self_check(&exe, root, true))?;
     if out.status.success() {
-        println!("lab {}'s reference solution passes its check", lab.number);
+        println!("{what}: the reference solution passes its check");
         return Ok(());
     }
     std::io::stdout().write_all(&out.stdout)?;
     std::io::stderr().write_all(&out.stderr)?;
-    bail!("lab {}'s reference solution fails its check", lab.number)
+    bail!("{what}: the reference solution fails its check")
 }
 
-/// Shows the hint for a failed check's output and remembers the failure.
-fn hint_for_failure(lab: &Lab, progress: &mut Progress, output: &str) -> Result<()> {
+/// Shows the hint for a failed check's output of `part` and remembers the failure.
+fn hint_for_failure(lab: &Lab, part: Part, progress: &mut Progress, output: &str) -> Result<()> {
+    let (ladder, diagnosis) = lab.hints_of(part)?;
+    let key = lab.progress_key(part);
     let failure = hints::Failure::read(output);
-    let before = progress.get(&lab.short());
+    let before = progress.get(&key);
     let (shown, unknown) = hints::choose(
-        lab,
+        ladder,
+        diagnosis,
         &failure,
         before.hints_shown,
         before.last_failure.as_deref(),
     );
-    for key in unknown {
+    for k in unknown {
+        let table = match part {
+            Part::Main => "[[lab.diagnosis]]",
+            Part::Stretch => "[[lab.stretch.diagnosis]]",
+        };
         ui::say(&format!(
-            "the check names `hint: {key}`, which labs/info.toml does not define for lab {} \
-             (a [[lab.diagnosis]] with key = \"{key}\")",
-            lab.number
+            "the check names `hint: {k}`, which labs/info.toml does not define for {} \
+             (a {table} with key = \"{k}\")",
+            what(lab, part)
         ));
     }
     let mut spent = before.hints_shown;
@@ -538,83 +630,103 @@ fn hint_for_failure(lab: &Lab, progress: &mut Progress, output: &str) -> Result<
             println!(
                 "hint {} of {} ({}){}: {}",
                 step + 1,
-                lab.hints.len(),
-                hints::step_name(step, lab.hints.len()),
+                ladder.len(),
+                hints::step_name(step, ladder.len()),
                 if new {
                     ""
                 } else {
                     ", the same failure as last time"
                 },
-                lab.hints[step]
+                ladder[step]
             );
             spent = spent.max(step + 1);
         }
     }
-    if matches!(shown, hints::Shown::Keyed { .. }) || spent < lab.hints.len() {
-        println!("(`cargo lab hint {}` climbs the hint ladder)", lab.number);
+    if matches!(shown, hints::Shown::Keyed { .. }) || spent < ladder.len() {
+        println!(
+            "(`cargo lab hint {}{}` climbs the hint ladder)",
+            lab.number,
+            part.flag()
+        );
     }
-    progress.update(&lab.short(), |p| {
+    progress.update(&key, |p| {
         p.hints_shown = spent;
         p.last_failure = Some(failure.signature);
     })
 }
 
-/// `cargo lab hint N`: one more step of the ladder, with the steps before it.
-fn hint(root: &Path, lab: &Lab) -> Result<()> {
+/// `cargo lab hint N [--stretch]`: one more step of the part's ladder, with
+/// the steps before it.
+fn hint(root: &Path, lab: &Lab, part: Part) -> Result<()> {
+    let (ladder, _) = lab.hints_of(part)?;
+    let key = lab.progress_key(part);
     let mut progress = Progress::load(root);
-    let shown = progress.get(&lab.short()).hints_shown;
-    let upto = (shown + 1).min(lab.hints.len());
-    println!(
-        "hints for lab {} ({} of {}):",
-        lab.number,
-        upto,
-        lab.hints.len()
-    );
-    for (i, h) in lab.hints[..upto].iter().enumerate() {
-        println!("  {}. {}: {h}", i + 1, hints::step_name(i, lab.hints.len()));
+    let shown = progress.get(&key).hints_shown;
+    let upto = (shown + 1).min(ladder.len());
+    match (part, &lab.stretch) {
+        (Part::Stretch, Some(s)) => println!(
+            "hints for lab {}'s stretch goal, {} ({} of {}):",
+            lab.number,
+            s.title,
+            upto,
+            ladder.len()
+        ),
+        _ => println!(
+            "hints for lab {} ({} of {}):",
+            lab.number,
+            upto,
+            ladder.len()
+        ),
     }
-    if upto == lab.hints.len() {
+    for (i, h) in ladder[..upto].iter().enumerate() {
+        println!("  {}. {}: {h}", i + 1, hints::step_name(i, ladder.len()));
+    }
+    if upto == ladder.len() {
+        let section = match part {
+            Part::Main => "",
+            Part::Stretch => "'s \"Stretch goal\" section",
+        };
         println!(
-            "  (that is every hint; the solution is in the book's chapter {}, folded away)",
+            "  (that is every hint; the solution is in the book's chapter {}{section}, folded away)",
             lab.chapter()
         );
     }
-    progress.update(&lab.short(), |p| p.hints_shown = upto)
+    progress.update(&key, |p| p.hints_shown = upto)
 }
 
-/// The starter exercise: the committed version of the learner's file.
-fn starter(root: &Path, lab: &Lab) -> Result<Vec<u8>> {
+/// The starter of `part`: the committed version of the learner's file.
+fn starter(root: &Path, lab: &Lab, part: Part) -> Result<Vec<u8>> {
+    let rel = lab.file_rel(part);
     let out = Command::new("git")
         .current_dir(root)
-        .args(["show", &format!("HEAD:{}", lab.exercise_rel())])
+        .args(["show", &format!("HEAD:{rel}")])
         .output()
         .context("running git (the starter is the committed version of the exercise)")?;
     if !out.status.success() {
         bail!(
-            "git cannot show the committed {}: {}",
-            lab.exercise_rel(),
+            "git cannot show the committed {rel}: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
     Ok(out.stdout)
 }
 
-fn reset(root: &Path, lab: &Lab, yes: bool) -> Result<()> {
-    let path = lab.exercise(root);
-    let starter = starter(root, lab)?;
-    if !String::from_utf8_lossy(&starter).contains(&lab.todo_marker()) {
+fn reset(root: &Path, lab: &Lab, part: Part, yes: bool) -> Result<()> {
+    lab.require(part)?;
+    let path = lab.file(root, part);
+    let rel = lab.file_rel(part);
+    let marker = lab.marker(part);
+    let starter = starter(root, lab, part)?;
+    if !String::from_utf8_lossy(&starter).contains(&marker) {
         bail!(
-            "the committed {} has no {} markers: you committed your own version. \
+            "the committed {rel} has no {marker} markers: you committed your own version. \
              The starter is in the commit that added the lab: \
-             `git log --diff-filter=A -- {}`",
-            lab.exercise_rel(),
-            lab.todo_marker(),
-            lab.exercise_rel()
+             `git log --diff-filter=A -- {rel}`"
         );
     }
     let mine = std::fs::read(&path)?;
     if mine == starter {
-        println!("{} is already the starter", lab.exercise_rel());
+        println!("{rel} is already the starter");
         return Ok(());
     }
     let backups = root.join(".ringside/backups");
@@ -622,11 +734,14 @@ fn reset(root: &Path, lab: &Lab, yes: bool) -> Result<()> {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let backup = backups.join(format!("{}-exercise-{secs}.rs", lab.short()));
+    let stem = match part {
+        Part::Main => "exercise",
+        Part::Stretch => "stretch",
+    };
+    let backup = backups.join(format!("{}-{stem}-{secs}.rs", lab.short()));
     if !yes {
         print!(
-            "Replace {} with the starter? Your version is kept as {}. [y/N] ",
-            lab.exercise_rel(),
+            "Replace {rel} with the starter? Your version is kept as {}. [y/N] ",
             backup.strip_prefix(root).unwrap_or(&backup).display()
         );
         std::io::stdout().flush()?;
@@ -642,10 +757,9 @@ fn reset(root: &Path, lab: &Lab, yes: bool) -> Result<()> {
     let tmp = path.with_extension("rs.reset-tmp");
     std::fs::write(&tmp, &starter)?;
     std::fs::rename(&tmp, &path)?;
-    Progress::load(root).update(&lab.short(), |p| p.last_check = None)?;
+    Progress::load(root).update(&lab.progress_key(part), |p| p.last_check = None)?;
     println!(
-        "{} is the starter again; yours is in {}",
-        lab.exercise_rel(),
+        "{rel} is the starter again; yours is in {}",
         backup.display()
     );
     Ok(())
@@ -654,41 +768,26 @@ fn reset(root: &Path, lab: &Lab, yes: bool) -> Result<()> {
 /// The test suite's `labs` step, rustlings' `dev check --require-solutions`: every
 /// starter fails its self-check naming its TODO, every solution passes, and every
 /// lab's quick run (`--quick` with the solution) completes and draws its charts.
+/// The same for every stretch goal: its starter fails naming its own marker
+/// (`TODO(lab NN stretch)`), its solution passes.
 /// Debug profile, as the rest of the suite, so nothing is compiled twice.
 pub fn gate(root: &Path) -> Result<()> {
     let labs = info::load(root)?;
-    // One cargo call for every lab's check and program (building an integration
+    // One cargo call for every lab's checks and program (building an integration
     // test builds its package's binary too).
-    let built = build(root, &build_args(Scope::Workspace, false))?;
+    let stretch = labs.iter().any(|l| l.stretch.is_some());
+    let built = build(root, &build_args(Scope::Workspace { stretch }, false))?;
     let mut problems = Vec::new();
     for lab in &labs {
-        let marker = lab.todo_marker();
         let started = std::time::Instant::now();
         let before = problems.len();
-        let exe = find_artifact(&built, root, lab, "check")?;
-        let starter = self_check(&exe, root, false)?;
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&starter.stdout),
-            String::from_utf8_lossy(&starter.stderr)
-        );
-        if starter.status.success() {
-            problems.push(format!("lab {}: the starter passes its check", lab.number));
-        } else if !text.contains(&marker) {
-            problems.push(format!(
-                "lab {}: the starter fails its check without naming {marker}:\n{}",
-                lab.number,
-                ui::tail_str(&text, 20)
-            ));
+        let mut parts = vec![Part::Main];
+        if lab.stretch.is_some() {
+            parts.push(Part::Stretch);
         }
-        let solution = self_check(&exe, root, true)?;
-        if !solution.status.success() {
-            problems.push(format!(
-                "lab {}: the solution fails its check:\n{}{}",
-                lab.number,
-                String::from_utf8_lossy(&solution.stdout),
-                String::from_utf8_lossy(&solution.stderr)
-            ));
+        for &part in &parts {
+            let exe = find_artifact(&built, root, lab, part.test())?;
+            problems.extend(judge_part(&exe, root, lab, part)?);
         }
         let program = find_artifact(&built, root, lab, &lab.package())?;
         if let Err(e) = quick_run(&program, root) {
@@ -696,8 +795,13 @@ pub fn gate(root: &Path) -> Result<()> {
         }
         if problems.len() == before {
             ui::say(&format!(
-                "lab {}: starter fails, solution passes, quick run drew its charts ({})",
+                "lab {}: starter fails, solution passes{}, quick run drew its charts ({})",
                 lab.number,
+                if parts.len() > 1 {
+                    "; the stretch goal's too"
+                } else {
+                    ""
+                },
                 ui::fmt_duration(started.elapsed())
             ));
         }
@@ -706,6 +810,38 @@ pub fn gate(root: &Path) -> Result<()> {
         bail!("{}", problems.join("\n"));
     }
     Ok(())
+}
+
+/// The gate's verdict on one part of a lab, with its check executable `exe`:
+/// what is wrong (the starter passes, or fails without naming its marker; the
+/// solution fails), or nothing.
+fn judge_part(exe: &Path, root: &Path, lab: &Lab, part: Part) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    let marker = lab.marker(part);
+    let what = what(lab, part);
+    let starter = self_check(exe, root, false)?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&starter.stdout),
+        String::from_utf8_lossy(&starter.stderr)
+    );
+    if starter.status.success() {
+        problems.push(format!("{what}: the starter passes its check"));
+    } else if !text.contains(&marker) {
+        problems.push(format!(
+            "{what}: the starter fails its check without naming {marker}:\n{}",
+            ui::tail_str(&text, 20)
+        ));
+    }
+    let solution = self_check(exe, root, true)?;
+    if !solution.status.success() {
+        problems.push(format!(
+            "{what}: the solution fails its check:\n{}{}",
+            String::from_utf8_lossy(&solution.stdout),
+            String::from_utf8_lossy(&solution.stderr)
+        ));
+    }
+    Ok(problems)
 }
 
 /// Runs the lab's solution with `--quick` into a temporary results folder and

@@ -28,6 +28,19 @@ fn executables_are_read_from_cargos_json_messages() {
 /// solution switch; its check wants 42 and names its TODO otherwise; its program
 /// writes a results file and two charts where the gate's quick run says.
 fn scratch_workspace(labs: &[(u32, &str, &str)]) -> tempfile::TempDir {
+    let with: Vec<_> = labs
+        .iter()
+        .map(|&(n, name, body)| (n, name, body, None))
+        .collect();
+    scratch_workspace_with_stretch(&with)
+}
+
+/// [`scratch_workspace`], where a lab may have a stretch goal: its
+/// `src/stretch.rs` (the given body), a `[lab.stretch]`, and a check
+/// `tests/stretch.rs` that includes the file by path (as the real labs do, so
+/// the main check never compiles it), wants `stretch_answer()` to be 7 and
+/// names `TODO(lab NN stretch)` otherwise.
+fn scratch_workspace_with_stretch(labs: &[(u32, &str, &str, Option<&str>)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let write = |rel: &str, text: &str| {
@@ -37,7 +50,7 @@ fn scratch_workspace(labs: &[(u32, &str, &str)]) -> tempfile::TempDir {
     };
     let members: Vec<String> = labs
         .iter()
-        .map(|(n, name, _)| format!("\"labs/{n:02}-{name}\""))
+        .map(|(n, name, _, _)| format!("\"labs/{n:02}-{name}\""))
         .collect();
     write(
         "Cargo.toml",
@@ -47,7 +60,7 @@ fn scratch_workspace(labs: &[(u32, &str, &str)]) -> tempfile::TempDir {
         ),
     );
     let mut info = String::new();
-    for (n, name, body) in labs {
+    for (n, name, body, _) in labs {
         info += &format!(
             "[[lab]]\nnumber = {n}\nname = \"{name}\"\ntitle = \"t\"\ngoal = \"g\"\n\
              minutes = 1\ndone = \"d\"\nhints = [\"Why?\", \"How?\", \"Which call?\"]\n\n"
@@ -88,9 +101,44 @@ fn scratch_workspace(labs: &[(u32, &str, &str)]) -> tempfile::TempDir {
             ),
         );
     }
+    for (n, name, _, stretch) in labs {
+        let Some(body) = stretch else { continue };
+        // `[lab.stretch]` belongs to the `[[lab]]` just above it.
+        let at = info
+            .find(&format!("number = {}\n", n))
+            .and_then(|i| info[i..].find("\n\n").map(|j| i + j + 1))
+            .unwrap();
+        info.insert_str(
+            at,
+            "\n[lab.stretch]\ntitle = \"seven\"\nask = \"answer 7\"\n\
+             hints = [\"Seven?\", \"Which seven?\"]\n\n\
+             [[lab.stretch.diagnosis]]\nkey = \"six-not-seven\"\nhint = \"One more?\"\n",
+        );
+        let dir = format!("labs/{n:02}-{name}");
+        write(&format!("{dir}/src/stretch.rs"), &format!("{body}\n"));
+        write(
+            &format!("{dir}/tests/stretch.rs"),
+            &format!(
+                "#[path = \"../src/stretch.rs\"]\nmod stretch;\n\
+                 #[test]\nfn sevens() {{\n    \
+                 let got = if std::env::var(\"{SOLUTION_ENV}\").as_deref() == Ok(\"1\") {{ 7 }} \
+                 else {{ stretch::stretch_answer() }};\n    \
+                 if got == 6 {{ panic!(\"six\\nhint: six-not-seven\"); }}\n    \
+                 assert_eq!(got, 7, \"TODO(lab {n:02} stretch): not written yet\");\n}}\n"
+            ),
+        );
+        let manifest = root.join(format!("{dir}/Cargo.toml"));
+        let mut m = std::fs::read_to_string(&manifest).unwrap();
+        m += "\n[[test]]\nname = \"stretch\"\ntest = false\n";
+        std::fs::write(manifest, m).unwrap();
+    }
     write("labs/info.toml", &info);
     dir
 }
+
+const STRETCH_STARTER: &str = "pub fn stretch_answer() -> u32 { 0 }";
+const STRETCH_SIX: &str = "pub fn stretch_answer() -> u32 { 6 }";
+const STRETCH_SOLVED: &str = "pub fn stretch_answer() -> u32 { 7 }";
 
 const DOES_NOT_COMPILE: &str = "pub fn answer() -> u32 { \"not a number\" }";
 const STARTER: &str = "pub fn answer() -> u32 { 0 }";
@@ -104,38 +152,70 @@ fn a_lab_that_does_not_compile_blocks_no_other_labs_check() {
     let (broken, fine) = (&labs[0], &labs[1]);
     assert!(first_build_note(root, fine).is_some());
     // Lab 2 builds and passes although lab 1 does not compile.
-    check(root, fine).unwrap();
+    check(root, fine, Part::Main).unwrap();
     assert!(first_build_note(root, fine).is_none());
     // The run after the check compiles nothing: the same artefacts.
-    let again = build_lab(root, fine).unwrap();
+    let again = build_lab(root, fine, Part::Main).unwrap();
     assert!(!again.is_empty());
     assert!(again.iter().all(|a| a.fresh), "{again:?}");
     find_artifact(&again, root, fine, &fine.package()).unwrap();
     // Lab 1's own check does fail to build.
-    let e = build_lab(root, broken).unwrap_err().to_string();
+    let e = build_lab(root, broken, Part::Main).unwrap_err().to_string();
     assert!(e.contains("-p lab01-broken"), "{e}");
 }
 
 #[test]
 fn list_columns_line_up_whatever_the_title_length() {
-    let row = |n: &str, title: &str, min: &str, gpu: &str, status: &str| {
-        [n, title, min, gpu, status].map(String::from)
+    let row = |n: &str, title: &str, min: &str, gpu: &str, status: &str, stretch: &str| {
+        [n, title, min, gpu, status, stretch].map(String::from)
     };
+    let at = |l: &str, word: &str| l.find(word).map(|b| l[..b].chars().count());
     let out = table(&[
-        row("1", "A first all-reduce", "20", "", "not started"),
+        row(
+            "1",
+            "A first all-reduce",
+            "20",
+            "",
+            "not started",
+            "not started",
+        ),
         row(
             "5",
             "Model parallelism: a naive split, then GPipe (p−1)",
             "35",
             "yes",
             "passes",
+            "",
         ),
-        row("14", "Tensor parallel", "5", "", "fails its check"),
+        row(
+            "14",
+            "Tensor parallel",
+            "5",
+            "",
+            "fails its check",
+            "passes",
+        ),
     ]);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 4);
+    // The stretch column lines up too; a lab without a stretch ends its line early.
+    let stretch_at = [
+        at(lines[0], "stretch"),
+        lines[1]
+            .rfind("not started")
+            .map(|b| lines[1][..b].chars().count()),
+        lines[3]
+            .rfind("passes")
+            .map(|b| lines[3][..b].chars().count()),
+    ];
+    assert!(
+        stretch_at
+            .iter()
+            .all(|s| s.is_some() && *s == stretch_at[0]),
+        "{out}"
+    );
+    assert!(lines[2].ends_with("passes"), "{out}");
     // The status column starts at the same character on every line.
-    let at = |l: &str, word: &str| l.find(word).map(|b| l[..b].chars().count());
     let starts = [
         at(lines[0], "status"),
         at(lines[1], "not started"),
@@ -162,15 +242,27 @@ fn the_same_failure_checked_twice_spends_one_step_of_the_ladder() {
     let lab = &labs[0];
     let failed = "---- answers stdout ----\nexercise: TODO(lab 01) answer\nfinished in 0.01s\n";
     let mut progress = Progress::load(root);
-    hint_for_failure(lab, &mut progress, failed).unwrap();
+    hint_for_failure(lab, Part::Main, &mut progress, failed).unwrap();
     let once = Progress::load(root).get(&lab.short());
     assert_eq!(once.hints_shown, 1);
     let mut progress = Progress::load(root);
-    hint_for_failure(lab, &mut progress, &failed.replace("0.01s", "0.02s")).unwrap();
+    hint_for_failure(
+        lab,
+        Part::Main,
+        &mut progress,
+        &failed.replace("0.01s", "0.02s"),
+    )
+    .unwrap();
     assert_eq!(Progress::load(root).get(&lab.short()), once);
     // A different failure is a new place to be stuck: the next step.
     let mut progress = Progress::load(root);
-    hint_for_failure(lab, &mut progress, "rank 1 disagrees with rank 0\n").unwrap();
+    hint_for_failure(
+        lab,
+        Part::Main,
+        &mut progress,
+        "rank 1 disagrees with rank 0\n",
+    )
+    .unwrap();
     assert_eq!(Progress::load(root).get(&lab.short()).hints_shown, 2);
 }
 
@@ -183,6 +275,131 @@ fn the_gate_builds_every_lab_in_one_call_and_judges_starter_solution_and_quick_r
     let e = gate(dir.path()).unwrap_err().to_string();
     assert!(e.contains("lab 2: the starter passes its check"), "{e}");
     assert!(!e.contains("lab 1"), "{e}");
+}
+
+#[test]
+fn the_gate_judges_a_stretch_goal_as_it_judges_the_main_exercise() {
+    let dir = scratch_workspace_with_stretch(&[
+        (1, "first", STARTER, Some(STRETCH_STARTER)),
+        (2, "second", STARTER, None),
+    ]);
+    gate(dir.path()).unwrap();
+    // A stretch starter that already passes is caught, and named as the stretch's.
+    let dir = scratch_workspace_with_stretch(&[(1, "first", STARTER, Some(STRETCH_SOLVED))]);
+    let e = gate(dir.path()).unwrap_err().to_string();
+    assert!(
+        e.contains("lab 1's stretch goal: the starter passes its check"),
+        "{e}"
+    );
+    assert!(!e.contains("lab 1: the starter"), "{e}");
+    // A stretch starter failing without naming its own marker is caught.
+    let dir = scratch_workspace_with_stretch(&[(1, "first", STARTER, Some(STRETCH_SIX))]);
+    let e = gate(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("without naming TODO(lab 01 stretch)"), "{e}");
+}
+
+/// The main check must not depend on the stretch: a learner who never touches
+/// it, or whose half-written stretch does not compile, still passes the main
+/// check; the stretch's check is its own, with its own hints and progress.
+#[test]
+fn a_stretch_that_does_not_compile_blocks_neither_the_main_check_nor_the_run() {
+    let dir = scratch_workspace_with_stretch(&[(1, "first", SOLVED, Some(DOES_NOT_COMPILE))]);
+    let root = dir.path();
+    let labs = info::load(root).unwrap();
+    let lab = &labs[0];
+    check(root, lab, Part::Main).unwrap();
+    let built = build_lab(root, lab, Part::Main).unwrap();
+    find_artifact(&built, root, lab, &lab.package()).unwrap();
+    assert!(check(root, lab, Part::Stretch).is_err());
+    // Fixed, the stretch passes its own check; its progress is its own.
+    std::fs::write(lab.file(root, Part::Stretch), STRETCH_SOLVED).unwrap();
+    check(root, lab, Part::Stretch).unwrap();
+    let progress = Progress::load(root);
+    assert!(progress.get("lab01-stretch").last_check.unwrap().passed);
+    assert!(progress.get("lab01").last_check.unwrap().passed);
+    check_solution(root, lab, Part::Stretch).unwrap();
+}
+
+#[test]
+fn a_stretch_failure_shows_the_stretch_hint_and_spends_only_the_stretch_ladder() {
+    let dir = scratch_workspace_with_stretch(&[(1, "first", STARTER, Some(STRETCH_SIX))]);
+    let root = dir.path();
+    let labs = info::load(root).unwrap();
+    let lab = &labs[0];
+    let mut progress = Progress::load(root);
+    hint_for_failure(lab, Part::Stretch, &mut progress, "TODO(lab 01 stretch)\n").unwrap();
+    let p = Progress::load(root);
+    assert_eq!(p.get("lab01-stretch").hints_shown, 1);
+    assert_eq!(p.get("lab01").hints_shown, 0);
+    let (ladder, keyed) = lab.hints_of(Part::Stretch).unwrap();
+    let f = hints::Failure::read("six\nhint: six-not-seven\n");
+    let (shown, _) = hints::choose(ladder, keyed, &f, 1, None);
+    assert_eq!(
+        shown,
+        hints::Shown::Keyed {
+            key: "six-not-seven",
+            hint: "One more?"
+        }
+    );
+    hint(root, lab, Part::Stretch).unwrap();
+    assert_eq!(Progress::load(root).get("lab01-stretch").hints_shown, 2);
+}
+
+#[test]
+fn asking_for_the_stretch_of_a_lab_without_one_says_so() {
+    let dir = scratch_workspace(&[(3, "plain", STARTER)]);
+    let root = dir.path();
+    let labs = info::load(root).unwrap();
+    let lab = &labs[0];
+    for e in [
+        hint(root, lab, Part::Stretch).unwrap_err(),
+        reset(root, lab, Part::Stretch, true).unwrap_err(),
+        run(root, clap_args(&["lab", "check", "3", "--stretch"])).unwrap_err(),
+    ] {
+        assert_eq!(e.to_string(), "lab 3 has no stretch goal");
+    }
+    // Nothing was built or remembered for it.
+    assert_eq!(
+        Progress::load(root).get("lab03-stretch"),
+        Default::default()
+    );
+}
+
+/// `cargo lab ...` parsed as the alias would.
+fn clap_args(argv: &[&str]) -> LabArgs {
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        lab: LabArgs,
+    }
+    use clap::Parser as _;
+    Cli::try_parse_from(argv).unwrap().lab
+}
+
+#[test]
+fn stretch_is_a_flag_of_check_hint_and_reset() {
+    let a = clap_args(&["lab", "check", "6", "--stretch", "--solution"]);
+    assert!(matches!(
+        a.command,
+        Some(LabCommand::Check {
+            number: 6,
+            solution: true,
+            stretch: true
+        })
+    ));
+    let a = clap_args(&["lab", "hint", "6", "--stretch"]);
+    assert!(matches!(
+        a.command,
+        Some(LabCommand::Hint {
+            number: 6,
+            stretch: true
+        })
+    ));
+    let a = clap_args(&["lab", "check", "6"]);
+    assert!(matches!(
+        a.command,
+        Some(LabCommand::Check { stretch: false, .. })
+    ));
 }
 
 /// Lab 6 printed nothing for two minutes: a lab's run and check get a 30 s
