@@ -68,6 +68,15 @@ fn spans_decades(xs: impl Iterator<Item = f64> + Clone) -> bool {
     lo > 0.0 && hi.is_finite() && hi / lo >= 100.0
 }
 
+/// An axis title saying its axis is logarithmic: "time (µs, log)", not
+/// "time (µs) (log)".
+fn log_desc(label: &str) -> String {
+    match label.strip_suffix(')') {
+        Some(head) if head.contains('(') => format!("{head}, log)"),
+        _ => format!("{label} (log)"),
+    }
+}
+
 /// Whether a figure's x axis counts bytes (its label says so, as every lab's
 /// size axis does): its ticks fall on powers of two, written 4K, 1M.
 fn counts_bytes(f: &Figure) -> bool {
@@ -159,9 +168,11 @@ fn line_entry(name: &str, color: RGBColor, theory: bool) -> LegendEntry {
 /// What a line figure's frame holds, before anything is drawn.
 struct LinesPlan {
     log_x: bool,
+    log_y: bool,
     x: (f64, f64),
     y: (f64, f64),
     x_desc: String,
+    y_desc: String,
     legend: Vec<LegendEntry>,
     y_candidates: Vec<Vec<f64>>,
     y_labels: Vec<String>,
@@ -175,24 +186,39 @@ fn lines_plan(f: &Figure) -> Result<LinesPlan, String> {
         let lo = points().map(|p| p[0]).fold(f64::INFINITY, f64::min);
         let hi = points().map(|p| p[0]).fold(f64::NEG_INFINITY, f64::max);
         charts::check_axis("x", lo, hi, true)?;
-        ((lo / 1.15, hi * 1.15), format!("{} (log)", f.x_label))
+        ((lo / 1.15, hi * 1.15), log_desc(&f.x_label))
     } else {
         let (x0, x1) = range(points().map(|p| p[0]));
         charts::check_axis("x", x0, x1, false)?;
         ((x0, x1), f.x_label.clone())
     };
-    let y = range(points().map(|p| p[1]));
-    charts::check_axis("y", y.0, y.1, false)?;
-    let y_candidates = frame::candidates(&RangedCoordf64::from(y.0..y.1));
+    // Times over sizes span decades both ways (lab 6's α–β chart): on a
+    // linear y axis every size below the largest few lay flat at zero.
+    let log_y = spans_decades(points().map(|p| p[1]));
+    let (y, y_desc, y_candidates) = if log_y {
+        let lo = points().map(|p| p[1]).fold(f64::INFINITY, f64::min);
+        let hi = points().map(|p| p[1]).fold(f64::NEG_INFINITY, f64::max);
+        charts::check_axis("y", lo, hi, true)?;
+        let y = (lo / 1.15, hi * 1.15);
+        let axis: LogCoord<f64> = (y.0..y.1).log_scale().into();
+        (y, log_desc(&f.y_label), frame::candidates(&axis))
+    } else {
+        let y = range(points().map(|p| p[1]));
+        charts::check_axis("y", y.0, y.1, false)?;
+        let axis = RangedCoordf64::from(y.0..y.1);
+        (y, f.y_label.clone(), frame::candidates(&axis))
+    };
     let y_labels = y_candidates
         .first()
         .map(|v| v.iter().map(|v| sig3(*v)).collect())
         .unwrap_or_default();
     Ok(LinesPlan {
         log_x,
+        log_y,
         x,
         y,
         x_desc,
+        y_desc,
         legend: f
             .series
             .iter()
@@ -210,7 +236,7 @@ impl LinesPlan {
         Spec {
             title: &f.title,
             x_title: &self.x_desc,
-            y_title: &f.y_label,
+            y_title: &self.y_desc,
             legend: &self.legend,
             y_labels: &self.y_labels,
             x_labels: XLabels::Numeric,
@@ -250,9 +276,16 @@ fn lines_frame(f: &Figure, plan: &LinesPlan, size: (u32, u32)) -> Result<LinesFr
         let ticks = frame::x_ticks(&layout, &frame::candidates(&axis), px, fmt_x);
         (placed(ticks, px), crossing.map(px))
     };
-    let y_axis = RangedCoordf64::from(plan.y.0..plan.y.1);
-    let py = |v: f64| frame::y_pixel(&y_axis, &layout, v);
-    let y = placed(frame::y_ticks(&layout, &plan.y_candidates, py, sig3), py);
+    let (y0, y1) = plan.y;
+    let y = if plan.log_y {
+        let axis: LogCoord<f64> = (y0..y1).log_scale().into();
+        let py = |v: f64| frame::y_pixel(&axis, &layout, v);
+        placed(frame::y_ticks(&layout, &plan.y_candidates, py, sig3), py)
+    } else {
+        let axis = RangedCoordf64::from(y0..y1);
+        let py = |v: f64| frame::y_pixel(&axis, &layout, v);
+        placed(frame::y_ticks(&layout, &plan.y_candidates, py, sig3), py)
+    };
     Ok(LinesFrame {
         layout,
         x,
@@ -264,11 +297,19 @@ fn lines_frame(f: &Figure, plan: &LinesPlan, size: (u32, u32)) -> Result<LinesFr
 fn draw_lines<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Figure) -> Result<(), String> {
     let plan = lines_plan(f)?;
     let drawn = lines_frame(f, &plan, root.dim_in_pixel())?;
-    let (lo, hi) = plan.x;
-    if plan.log_x {
-        draw_lines_on(root, f, &plan, &drawn, (lo..hi).log_scale())
-    } else {
-        draw_lines_on(root, f, &plan, &drawn, lo..hi)
+    let ((x0, x1), (y0, y1)) = (plan.x, plan.y);
+    match (plan.log_x, plan.log_y) {
+        (true, true) => draw_lines_on(
+            root,
+            f,
+            &plan,
+            &drawn,
+            (x0..x1).log_scale(),
+            (y0..y1).log_scale(),
+        ),
+        (true, false) => draw_lines_on(root, f, &plan, &drawn, (x0..x1).log_scale(), y0..y1),
+        (false, true) => draw_lines_on(root, f, &plan, &drawn, x0..x1, (y0..y1).log_scale()),
+        (false, false) => draw_lines_on(root, f, &plan, &drawn, x0..x1, y0..y1),
     }
 }
 
@@ -303,23 +344,24 @@ fn plot_area<DB: DrawingBackend>(
     root.margin(p.top, h - p.bottom, p.left, w - p.right)
 }
 
-fn draw_lines_on<DB, X>(
+fn draw_lines_on<DB, X, Y>(
     root: &DrawingArea<DB, Shift>,
     f: &Figure,
     plan: &LinesPlan,
     drawn: &LinesFrame,
     x: X,
+    y: Y,
 ) -> Result<(), String>
 where
     DB: DrawingBackend,
     X: AsRangedCoord<Value = f64>,
+    Y: AsRangedCoord<Value = f64>,
 {
     let s = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     let layout = &drawn.layout;
     let area = plot_area(root, layout);
-    let (y0, y1) = plan.y;
     let mut chart = ChartBuilder::on(&area)
-        .build_cartesian_2d(x, y0..y1)
+        .build_cartesian_2d(x, y)
         .map_err(s)?;
     frame::draw_grid(root, layout, &drawn.x, &drawn.y)?;
     for (series, color) in f.series.iter().zip(series_colors(f)) {

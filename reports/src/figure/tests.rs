@@ -16,7 +16,7 @@ fn bucket_sweep_from_16k_to_25m_piled_at_zero_on_a_linear_axis() {
         ),
     );
     let c = render_figure(&sweep, &opts()).unwrap();
-    assert!(c.svg.contains("bucket (bytes) (log)"), "no log axis label");
+    assert!(c.svg.contains("bucket (bytes, log)"), "no log axis label");
     // The three points' circles: on a log axis the middle one sits near the
     // middle of the plot, not against the left edge.
     let xs: Vec<f64> = c
@@ -518,4 +518,24 @@ fn fit_lines_took_another_series_colour() {
         c[4] != c[0] && c[4] != c[2],
         "a prediction of its own gets its own colour"
     );
+}
+
+/// Lab 6's α–β chart: times from 1 µs to 2 ms on a linear y axis lay every
+/// size but the largest two flat at zero. y spanning decades is log too.
+#[test]
+fn alpha_beta_times_lay_flat_at_zero_on_a_linear_y_axis() {
+    let times = Figure::lines("ab", "A", "message size (bytes)", "time (µs)").with(
+        FigureSeries::measured("ring", vec![[8.0, 1.0], [1024.0, 3.0], [8e6, 2400.0]]),
+    );
+    let plan = lines_plan(&times).unwrap();
+    assert!(plan.log_x && plan.log_y && plan.y_desc == "time (µs, log)");
+    let drawn = lines_frame(&times, &plan, BOOK).unwrap();
+    // Decade ticks at least at 1, 10, 100 and 1000 µs.
+    assert!(drawn.y.len() >= 4, "{:?}", drawn.y);
+    let c = render_figure(&times, &opts()).unwrap();
+    dump("alpha-beta-log", &c);
+    // A loss from 2.3 to 0.4 stays linear.
+    let loss = Figure::lines("loss", "L", "step", "loss")
+        .with(FigureSeries::measured("a", vec![[0.0, 2.3], [9.0, 0.4]]));
+    assert!(!lines_plan(&loss).unwrap().log_y);
 }
