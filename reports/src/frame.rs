@@ -403,7 +403,19 @@ fn first_fitting(
 /// Candidate tick sets of `axis`, densest first: what plotters' own axis
 /// would choose for 12 labels down to 2.
 pub(crate) fn candidates<R: Ranged<ValueType = f64>>(axis: &R) -> Vec<Vec<f64>> {
-    let mut sets: Vec<Vec<f64>> = (2..=12usize).rev().map(|n| axis.key_points(n)).collect();
+    let mut sets: Vec<Vec<f64>> = (2..=12usize)
+        .rev()
+        .map(|n| {
+            // Steps of 0.1 summed from −0.6 land on −1e-17, written "-0":
+            // a value that small beside its neighbours is zero.
+            let points = axis.key_points(n);
+            let big = points.iter().fold(0f64, |m, v| m.max(v.abs()));
+            points
+                .into_iter()
+                .map(|v| if v.abs() < big * 1e-9 { 0.0 } else { v })
+                .collect()
+        })
+        .collect();
     sets.dedup();
     sets
 }

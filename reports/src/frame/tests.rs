@@ -46,3 +46,15 @@ fn a_chart_too_small_for_its_text_is_refused_not_squeezed() {
     let e = layout(&spec, (320, 200)).unwrap_err();
     assert!(e.contains("no room"), "{e}");
 }
+
+/// The residuals chart labelled its middle tick "-0" (−0.6 + 6 × 0.1).
+#[test]
+fn a_tick_a_rounding_error_from_zero_read_minus_zero() {
+    let axis = plotters::coord::types::RangedCoordf64::from(-0.625..0.625);
+    for set in candidates(&axis) {
+        for v in set {
+            assert!(v == 0.0 || v.abs() > 1e-6, "{v:e}");
+            assert_ne!(crate::units::sig3(v), "-0");
+        }
+    }
+}
