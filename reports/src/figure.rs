@@ -1,7 +1,7 @@
 //! A lab's own figures ([`measure::Figure`]): lines (a log x axis where x spans
 //! two decades or more, with the crossover of two measured curves marked),
 //! stacked bars, or grouped bars for categories, drawn with the same font,
-//! palette and SVG/PNG pair as the bench charts, inside a [`frame`] that keeps
+//! palette and SVG/PNG pair as the bench charts, inside a frame (`frame.rs`) that keeps
 //! the legend and every label off the data.
 
 use std::ops::Range;
