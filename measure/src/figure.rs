@@ -10,11 +10,16 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FigureKind {
-    /// Each series is a line through its `(x, y)` points, on linear axes.
+    /// Each series is a line through its `(x, y)` points (a log x axis when
+    /// x spans two decades or more).
     Lines,
     /// One bar per category; each series is one layer of every bar, stacked
     /// in series order. A point's `x` is its category's index.
     StackedBars,
+    /// One group per category (a world size, a configuration), one bar per
+    /// series side by side in it: categories are not a continuous axis, so
+    /// no line joins them. A point's `x` is its category's index.
+    GroupedBars,
 }
 
 /// One named series of a [`Figure`].
@@ -62,7 +67,7 @@ pub struct Figure {
     pub x_label: String,
     /// The y axis' label (with its unit).
     pub y_label: String,
-    /// For [`FigureKind::StackedBars`], the bars' labels, in order.
+    /// For the bar kinds, the categories' labels, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub categories: Vec<String>,
     /// The data.
@@ -96,13 +101,30 @@ impl Figure {
         }
     }
 
+    /// A grouped bar chart: one group per category along an x axis titled
+    /// `x_label`, one bar per series in each, no series yet.
+    pub fn grouped_bars(
+        name: &str,
+        title: &str,
+        x_label: &str,
+        categories: Vec<String>,
+        y_label: &str,
+    ) -> Self {
+        Figure {
+            kind: FigureKind::GroupedBars,
+            x_label: x_label.into(),
+            ..Figure::stacked_bars(name, title, categories, y_label)
+        }
+    }
+
     /// Adds a series (builder style).
     pub fn with(mut self, series: FigureSeries) -> Self {
         self.series.push(series);
         self
     }
 
-    /// Adds one layer of a stacked bar chart: `values[i]` on bar `i`.
+    /// Adds one layer of a stacked bar chart, or one series of a grouped one:
+    /// `values[i]` in category `i`.
     pub fn with_layer(self, name: &str, values: &[f64]) -> Self {
         let points = values
             .iter()
@@ -137,7 +159,7 @@ impl Figure {
                         self.name, s.name
                     ));
                 }
-                if self.kind == FigureKind::StackedBars {
+                if self.kind != FigureKind::Lines {
                     let i = p[0];
                     if i.fract() != 0.0 || i < 0.0 || i as usize >= self.categories.len() {
                         return Some(format!(
@@ -149,7 +171,7 @@ impl Figure {
                     }
                     if p[1] < 0.0 {
                         return Some(format!(
-                            "figure {}, series {:?}: a stacked layer cannot be negative ({})",
+                            "figure {}, series {:?}: a bar cannot be negative ({})",
                             self.name, s.name, p[1]
                         ));
                     }
@@ -195,5 +217,22 @@ mod tests {
         assert!(f.problem().unwrap().contains("not finite"));
         let f = Figure::lines("empty", "E", "x", "y");
         assert!(f.problem().unwrap().contains("no points"));
+        let grouped = |values: &[f64]| {
+            Figure::grouped_bars("t", "T", "ranks", vec!["1".into(), "2".into()], "samples/s")
+                .with_layer("a", values)
+        };
+        assert_eq!(grouped(&[1.0, 2.0]).problem(), None);
+        assert!(
+            grouped(&[1.0, 2.0, 3.0])
+                .problem()
+                .unwrap()
+                .contains("outside its 2")
+        );
+        assert!(
+            grouped(&[-1.0])
+                .problem()
+                .unwrap()
+                .contains("cannot be negative")
+        );
     }
 }

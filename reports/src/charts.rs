@@ -14,11 +14,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::dataset::Dataset;
 use crate::error::{Error, Result};
 use crate::fit::{Regimes, SeriesFit};
+use crate::frame::{self, Layout, LegendEntry, Spec, Swatch, Tick, XLabels};
 use crate::results::Collective;
 use crate::units::{axis_bytes, fmt_bytes, fmt_us, sig3};
 
@@ -257,18 +259,21 @@ struct Plot {
     lines: Vec<Line>,
     marks: Vec<Mark>,
     model_legend: bool,
+    /// Where the chart's two series cross, with its note (lab 1: by hand
+    /// against all_reduce): drawn as a dashed rule, the note above the plot.
+    crossing: Option<(f64, String)>,
 }
 
-/// Powers of two for the size axis: aligned to a step of 1, 2, 4 or 10
-/// exponents, whichever keeps the labels to ten or fewer.
-fn size_ticks(lo: f64, hi: f64) -> Vec<f64> {
+/// Powers of two for the size axis: aligned to a step of 1, 2, 4, 10 or 20
+/// exponents, whichever keeps the labels to `max` or fewer.
+pub(crate) fn size_ticks(lo: f64, hi: f64, max: usize) -> Vec<f64> {
     let (e0, e1) = (lo.log2().ceil() as i32, hi.log2().floor() as i32);
-    for step in [1, 2, 4, 10] {
+    for step in [1, 2, 4, 10, 20] {
         let ticks: Vec<f64> = (e0..=e1)
             .filter(|e| e.rem_euclid(step) == 0)
             .map(|e| 2f64.powi(e))
             .collect();
-        if ticks.len() <= 10 {
+        if ticks.len() <= max {
             return ticks;
         }
     }
@@ -550,6 +555,17 @@ fn plots_for(
             .flat_map(|l| l.points.iter().map(|p| p.1)),
     )?;
     let has_model = !model_lat.is_empty();
+    // Two series compared (lab 1's by hand and all_reduce, two backends):
+    // from which size one is faster is the chart's point, so mark it.
+    let crossing = match lat_lines.as_slice() {
+        [a, b] => crate::crossover::crossing(&a.points, &b.points).map(|c| {
+            let name = |l: &Line| l.legend.clone().unwrap_or_default();
+            let at = fmt_bytes(c.x);
+            let note = crate::crossover::note(&name(a), &name(b), &c, &at, Some(true));
+            (c.x, note)
+        }),
+        _ => None,
+    };
     let mut lines = lat_lines;
     lines.extend(model_lat);
     let latency = Plot {
@@ -561,6 +577,7 @@ fn plots_for(
         lines,
         marks: marks.clone(),
         model_legend: has_model,
+        crossing,
     };
 
     let bw_lines = median_lines(&|r| r.busbw());
@@ -589,6 +606,7 @@ fn plots_for(
             })
             .collect(),
         model_legend: has_model,
+        crossing: None,
     };
 
     let bands: Vec<Band> = data
@@ -618,6 +636,7 @@ fn plots_for(
         lines: median_lines(&|r| r.median_us),
         marks: Vec::new(),
         model_legend: false,
+        crossing: None,
     };
     let mut plots = vec![(ChartKind::Latency, latency)];
     if collective == Collective::AllReduce && !residuals.is_empty() {
@@ -663,6 +682,7 @@ fn plots_for(
                 lines,
                 marks: marks.clone(),
                 model_legend: false,
+                crossing: None,
             },
         ));
     }
@@ -676,7 +696,41 @@ fn style(color: RGBColor, stroke: Stroke) -> ShapeStyle {
     color.stroke_width(width)
 }
 
-/// Draw bands, lines, markers and the legend on a ready chart (any y axis).
+/// The legend entries of `plot`: its named lines, then the model's dashes.
+fn legend_entries(plot: &Plot) -> Vec<LegendEntry> {
+    let mut entries: Vec<LegendEntry> = plot
+        .lines
+        .iter()
+        .filter_map(|l| {
+            Some(LegendEntry {
+                name: l.legend.clone()?,
+                swatch: Swatch::Line {
+                    color: l.color,
+                    width: if l.stroke == Stroke::Model { 1 } else { 2 },
+                    dash: match l.stroke {
+                        Stroke::Solid => None,
+                        Stroke::Peer => Some((9, 5)),
+                        Stroke::Model => Some((3, 3)),
+                    },
+                },
+            })
+        })
+        .collect();
+    if plot.model_legend {
+        entries.push(LegendEntry {
+            name: "regime model (thin dashes)".into(),
+            swatch: Swatch::Line {
+                color: RGBColor(90, 90, 90),
+                width: 1,
+                dash: Some((3, 3)),
+            },
+        });
+    }
+    entries
+}
+
+/// Draw bands, lines, markers and the model's marks on a ready chart (any y
+/// axis); the legend is the frame's, outside the plot.
 fn draw_content<'a, DB, CT>(chart: &mut ChartContext<'a, DB, CT>, plot: &Plot) -> Result<(), String>
 where
     DB: DrawingBackend + 'a,
@@ -695,7 +749,7 @@ where
     }
     for line in &plot.lines {
         let st = style(line.color, line.stroke);
-        let anno = match line.stroke {
+        match line.stroke {
             Stroke::Solid => chart.draw_series(LineSeries::new(line.points.clone(), st)),
             Stroke::Peer => chart.draw_series(DashedLineSeries::new(line.points.clone(), 9, 5, st)),
             Stroke::Model => {
@@ -703,20 +757,6 @@ where
             }
         }
         .map_err(s)?;
-        if let Some(name) = &line.legend {
-            let dashed = line.stroke != Stroke::Solid;
-            anno.label(name.clone()).legend(move |(x, y)| {
-                let seg = |a: i32, b: i32| PathElement::new(vec![(a, 0), (b, 0)], st);
-                let pieces = if dashed {
-                    [(0, 8), (13, 22)]
-                } else {
-                    [(0, 11), (11, 22)]
-                };
-                EmptyElement::at((x, y))
-                    + seg(pieces[0].0, pieces[0].1)
-                    + seg(pieces[1].0, pieces[1].1)
-            });
-        }
         if line.markers {
             chart
                 .draw_series(
@@ -765,25 +805,99 @@ where
         area.draw(&Text::new(label.clone(), (left, top), style))
             .map_err(s)?;
     }
-    if plot.model_legend {
-        let grey = RGBColor(90, 90, 90).stroke_width(1);
-        chart
-            .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
-            .map_err(s)?
-            .label("regime model (thin dashes)")
-            .legend(move |(x, y)| {
-                let seg = |a: i32, b: i32| PathElement::new(vec![(a, 0), (b, 0)], grey);
-                EmptyElement::at((x, y)) + seg(0, 3) + seg(6, 9) + seg(12, 15) + seg(18, 21)
-            });
+    Ok(())
+}
+
+/// The x axis title of every size chart.
+const X_TITLE: &str = "message size S (bytes)";
+
+/// A size chart's frame at a size, with its ticks and the crossing's column:
+/// what is drawn, and what the tests check.
+struct PlotFrame {
+    legend: Vec<LegendEntry>,
+    y_labels: Vec<String>,
+    layout: Layout,
+    x: Vec<(Tick, i32)>,
+    y: Vec<(Tick, i32)>,
+    crossing_px: Option<i32>,
+}
+
+impl PlotFrame {
+    fn spec<'a>(&'a self, plot: &'a Plot) -> Spec<'a> {
+        Spec {
+            title: &plot.title,
+            x_title: X_TITLE,
+            y_title: plot.y_desc,
+            legend: &self.legend,
+            y_labels: &self.y_labels,
+            x_labels: XLabels::Numeric,
+            note_row: plot.crossing.is_some(),
+        }
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(180, 180, 180))
-        .label_font(("sans-serif", 15))
-        .draw()
-        .map_err(s)
+}
+
+/// Ticks with their pixel column (x) or row (y).
+fn placed(ticks: Vec<Tick>, px: impl Fn(f64) -> i32) -> Vec<(Tick, i32)> {
+    ticks
+        .into_iter()
+        .map(|t| {
+            let p = px(t.value);
+            (t, p)
+        })
+        .collect()
+}
+
+fn plot_frame(plot: &Plot, size: (u32, u32)) -> Result<PlotFrame, String> {
+    let (x0, x1) = plot.x_range;
+    let y_candidates = match plot.y {
+        YAxis::Log(y0, y1) => frame::candidates(&LogCoord::from((y0..y1).log_scale())),
+        YAxis::Linear(y0, y1) => frame::candidates(&RangedCoordf64::from(y0..y1)),
+    };
+    let fmt_y = |v: f64| match plot.y {
+        YAxis::Log(..) => fmt_us(v),
+        YAxis::Linear(..) => sig3(v),
+    };
+    let legend = legend_entries(plot);
+    let y_labels: Vec<String> = y_candidates
+        .first()
+        .map(|v| v.iter().map(|&v| fmt_y(v)).collect())
+        .unwrap_or_default();
+    let spec = Spec {
+        title: &plot.title,
+        x_title: X_TITLE,
+        y_title: plot.y_desc,
+        legend: &legend,
+        y_labels: &y_labels,
+        x_labels: XLabels::Numeric,
+        note_row: plot.crossing.is_some(),
+    };
+    let layout = frame::layout(&spec, size)?;
+    let x_axis = LogCoord::from((x0..x1).log_scale());
+    let px = |v: f64| frame::x_pixel(&x_axis, &layout, v);
+    let mut x_candidates: Vec<Vec<f64>> = (2..=12).rev().map(|n| size_ticks(x0, x1, n)).collect();
+    x_candidates.dedup();
+    let x = placed(frame::x_ticks(&layout, &x_candidates, px, axis_bytes), px);
+    let y = match plot.y {
+        YAxis::Log(y0, y1) => {
+            let axis = LogCoord::from((y0..y1).log_scale());
+            let py = |v: f64| frame::y_pixel(&axis, &layout, v);
+            placed(frame::y_ticks(&layout, &y_candidates, py, fmt_y), py)
+        }
+        YAxis::Linear(y0, y1) => {
+            let axis = RangedCoordf64::from(y0..y1);
+            let py = |v: f64| frame::y_pixel(&axis, &layout, v);
+            placed(frame::y_ticks(&layout, &y_candidates, py, fmt_y), py)
+        }
+    };
+    let crossing_px = plot.crossing.as_ref().map(|(x, _)| px(*x));
+    Ok(PlotFrame {
+        legend,
+        y_labels,
+        layout,
+        x,
+        y,
+        crossing_px,
+    })
 }
 
 fn draw_plot<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, plot: &Plot) -> Result<(), String> {
@@ -795,47 +909,32 @@ fn draw_plot<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, plot: &Plot) -> 
         YAxis::Log(y0, y1) => check_axis("y", y0, y1, true)?,
         YAxis::Linear(y0, y1) => check_axis("y", y0, y1, false)?,
     }
-    let x_spec = (x0..x1).log_scale().with_key_points(size_ticks(x0, x1));
-    let x_fmt = |v: &f64| axis_bytes(*v);
-    let mut builder = ChartBuilder::on(root);
-    builder
-        .caption(&plot.title, ("sans-serif", 22))
-        .margin(14)
-        .x_label_area_size(48)
-        .y_label_area_size(76);
-    let grid = RGBColor(235, 235, 235);
+    let pf = plot_frame(plot, root.dim_in_pixel())?;
+    let layout = &pf.layout;
+    let p = layout.plot;
+    let (w, h) = layout.size;
+    let area = root.margin(p.top, h - p.bottom, p.left, w - p.right);
+    // Grid under the data, the frame and the crossing's rule and note last.
+    frame::draw_grid(root, layout, &pf.x, &pf.y)?;
+    let x_spec = (x0..x1).log_scale();
     match plot.y {
         YAxis::Log(y0, y1) => {
-            let mut chart = builder
+            let mut chart = ChartBuilder::on(&area)
                 .build_cartesian_2d(x_spec, (y0..y1).log_scale())
-                .map_err(s)?;
-            chart
-                .configure_mesh()
-                .x_desc("message size S (bytes)")
-                .y_desc(plot.y_desc)
-                .x_label_formatter(&x_fmt)
-                .y_label_formatter(&|v| fmt_us(*v))
-                .light_line_style(grid)
-                .label_style(("sans-serif", 16))
-                .draw()
                 .map_err(s)?;
             draw_content(&mut chart, plot)?;
         }
         YAxis::Linear(y0, y1) => {
-            let mut chart = builder.build_cartesian_2d(x_spec, y0..y1).map_err(s)?;
-            chart
-                .configure_mesh()
-                .x_desc("message size S (bytes)")
-                .y_desc(plot.y_desc)
-                .x_label_formatter(&x_fmt)
-                .y_label_formatter(&|v| sig3(*v))
-                .light_line_style(grid)
-                .label_style(("sans-serif", 16))
-                .draw()
+            let mut chart = ChartBuilder::on(&area)
+                .build_cartesian_2d(x_spec, y0..y1)
                 .map_err(s)?;
             draw_content(&mut chart, plot)?;
         }
     }
+    if let (Some(x), Some((_, note))) = (pf.crossing_px, &plot.crossing) {
+        frame::draw_crossing(root, layout, x, note)?;
+    }
+    frame::draw_frame(root, layout, &pf.spec(plot), &pf.x, &pf.y, &[])?;
     root.present().map_err(s)
 }
 
@@ -1090,10 +1189,11 @@ mod tests {
 
     #[test]
     fn size_ticks_stay_few_and_on_powers_of_two() {
-        let t = size_ticks(5.0, 1e8);
+        let t = size_ticks(5.0, 1e8, 10);
         assert!(t.len() <= 10 && t.len() >= 4, "{t:?}");
         assert!(t.iter().all(|v| v.log2().fract() == 0.0));
-        assert_eq!(size_ticks(8.0, 64.0), [8.0, 16.0, 32.0, 64.0]);
+        assert_eq!(size_ticks(8.0, 64.0, 10), [8.0, 16.0, 32.0, 64.0]);
+        assert!(size_ticks(5.0, 1e8, 3).len() <= 3);
     }
 
     #[test]
@@ -1189,6 +1289,68 @@ mod tests {
         std::fs::write(&p, b"not a font").unwrap();
         let err = use_font(Some(&p)).unwrap_err();
         assert!(err.to_string().contains("not a TrueType"), "{err}");
+    }
+
+    /// Lab 1's latency chart, drawn at the book's width (920 px): its
+    /// legend sat on the data (upper left, where small sizes are), and the
+    /// two curves' crossing was left to the reader.
+    #[test]
+    fn lab_one_latency_chart_had_its_legend_on_the_data_and_no_crossing() {
+        let rec =
+            |label, bytes: u64, t: f64| testing::record(label, Collective::AllReduce, 2, bytes, t);
+        let mut records = Vec::new();
+        for k in 3..=23u32 {
+            let s = f64::from(1u32 << k);
+            // By hand: fewer steps (α 20 µs) but twice the bytes per step.
+            records.push(rec("by hand", 1 << k, 20.0 + s / 1000.0));
+            records.push(rec("all_reduce (ring)", 1 << k, 60.0 + s / 2000.0));
+        }
+        let ds = testing::dataset(records);
+        let opts = ChartOptions {
+            width: 920,
+            height: 540,
+            models: false,
+            ..ChartOptions::default()
+        };
+        prepare(&opts).unwrap();
+        let plots = plots_for(&ds, &[], Collective::AllReduce).unwrap();
+        let (_, latency) = &plots[0];
+        let (x, note) = latency.crossing.clone().expect("the curves cross");
+        // 20 + S/1000 = 60 + S/2000 at S = 80 000 B.
+        assert!((60e3..100e3).contains(&x), "{x}");
+        assert!(
+            note.starts_with("all_reduce (ring) overtakes by hand at "),
+            "{note}"
+        );
+        for (kind, plot) in &plots {
+            let pf = plot_frame(plot, (opts.width, opts.height)).unwrap();
+            let l = &pf.layout;
+            assert!(!l.legend.is_empty(), "{kind:?}: no legend");
+            for e in &l.legend {
+                assert!(
+                    !e.intersects(&l.plot),
+                    "{kind:?}: legend {e:?} on {:?}",
+                    l.plot
+                );
+            }
+            for ticks in [&pf.x, &pf.y] {
+                assert!(ticks.len() >= 2, "{kind:?}: {ticks:?}");
+                for (i, (a, _)) in ticks.iter().enumerate() {
+                    for (b, _) in &ticks[i + 1..] {
+                        assert!(!a.rect.intersects(&b.rect), "{kind:?}: {a:?} and {b:?}");
+                    }
+                }
+            }
+        }
+        let latency_chart = render_charts(&ds, &[], &opts).unwrap().charts.remove(0);
+        assert!(
+            latency_chart.svg.contains(&note),
+            "the crossing's note is not drawn"
+        );
+        // One series, or curves that do not cross: nothing to mark.
+        let one = testing::dataset(vec![rec("by hand", 8, 1.0), rec("by hand", 1 << 20, 9.0)]);
+        let plots = plots_for(&one, &[], Collective::AllReduce).unwrap();
+        assert!(plots[0].1.crossing.is_none());
     }
 
     #[test]

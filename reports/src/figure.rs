@@ -1,17 +1,22 @@
 //! A lab's own figures ([`measure::Figure`]): lines (a log x axis where x spans
-//! two decades or more, linear otherwise), or stacked
-//! bars, drawn with the same font, palette and SVG/PNG pair as the bench charts.
+//! two decades or more, with the crossover of two measured curves marked),
+//! stacked bars, or grouped bars for categories, drawn with the same font,
+//! palette and SVG/PNG pair as the bench charts, inside a frame (`frame.rs`) that keeps
+//! the legend and every label off the data.
 
 use std::ops::Range;
 
 use plotters::coord::Shift;
 use plotters::coord::ranged1d::{AsRangedCoord, KeyPointHint, NoDefaultFormatting, ValueFormatter};
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::charts::{self, Chart, ChartKind, ChartOptions, Drawable};
+use crate::crossover::{self, Crossing};
 use crate::error::{Error, Result};
-use crate::units::sig3;
+use crate::frame::{self, Layout, LegendEntry, Spec, Swatch, Tick, XLabels};
+use crate::units::{axis_bytes, fmt_bytes, sig3};
 use measure::{Figure, FigureKind};
 
 /// Draws `figure` as a chart whose stem is the figure's name.
@@ -38,7 +43,7 @@ impl Drawable for Figure {
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         match self.kind {
             FigureKind::Lines => draw_lines(root, self),
-            FigureKind::StackedBars => draw_bars(root, self),
+            FigureKind::StackedBars | FigureKind::GroupedBars => draw_bars(root, self),
         }?;
         root.present().map_err(|e| e.to_string())
     }
@@ -54,18 +59,6 @@ fn range(values: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
     (lo - if lo == 0.0 { 0.0 } else { pad }, hi + pad)
 }
 
-fn chart_builder<'a, 'b, DB: DrawingBackend>(
-    root: &'a DrawingArea<DB, Shift>,
-    title: &str,
-) -> ChartBuilder<'a, 'b, DB> {
-    let mut b = ChartBuilder::on(root);
-    b.caption(title, ("sans-serif", 22))
-        .margin(14)
-        .x_label_area_size(48)
-        .y_label_area_size(76);
-    b
-}
-
 /// Whether `xs` span two decades or more, all positive: then a linear axis
 /// piles the small ones at zero (lab 7's bucket sweep from 16 KiB to 25 MiB,
 /// lab 6's α–β chart), and the x axis is logarithmic.
@@ -75,69 +68,311 @@ fn spans_decades(xs: impl Iterator<Item = f64> + Clone) -> bool {
     lo > 0.0 && hi.is_finite() && hi / lo >= 100.0
 }
 
-fn draw_lines<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Figure) -> Result<(), String> {
-    let points = || f.series.iter().flat_map(|s| s.points.iter());
-    if spans_decades(points().map(|p| p[0])) {
-        let lo = points().map(|p| p[0]).fold(f64::INFINITY, f64::min);
-        let hi = points().map(|p| p[0]).fold(f64::NEG_INFINITY, f64::max);
-        charts::check_axis("x", lo, hi, true)?;
-        let x_desc = format!("{} (log)", f.x_label);
-        draw_lines_on(root, f, (lo / 1.15..hi * 1.15).log_scale(), &x_desc)
-    } else {
-        let (x0, x1) = range(points().map(|p| p[0]));
-        charts::check_axis("x", x0, x1, false)?;
-        draw_lines_on(root, f, x0..x1, &f.x_label)
+/// An axis title saying its axis is logarithmic: "time (µs, log)", not
+/// "time (µs) (log)".
+fn log_desc(label: &str) -> String {
+    match label.strip_suffix(')') {
+        Some(head) if head.contains('(') => format!("{head}, log)"),
+        _ => format!("{label} (log)"),
     }
 }
 
-fn draw_lines_on<DB, X>(
+/// Whether a figure's x axis counts bytes (its label says so, as every lab's
+/// size axis does): its ticks fall on powers of two, written 4K, 1M.
+fn counts_bytes(f: &Figure) -> bool {
+    f.x_label.contains("bytes")
+}
+
+/// Which way is better, as lab titles say it: "(lower is better)".
+fn lower_is_better(title: &str) -> Option<bool> {
+    if title.contains("lower is better") {
+        Some(true)
+    } else if title.contains("higher is better") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// The last crossing of a line figure's two measured series, when it has
+/// exactly two and a log x axis (where sizes span decades and "from which
+/// size" is the question), with its note.
+fn figure_crossing(f: &Figure, log_x: bool) -> Option<(Crossing, String)> {
+    let measured: Vec<_> = f.series.iter().filter(|s| !s.theory).collect();
+    let [a, b] = measured.as_slice() else {
+        return None;
+    };
+    if !log_x {
+        return None;
+    }
+    let pts = |s: &measure::FigureSeries| -> Vec<(f64, f64)> {
+        s.points.iter().map(|p| (p[0], p[1])).collect()
+    };
+    let c = crossover::crossing(&pts(a), &pts(b))?;
+    let at = if counts_bytes(f) {
+        fmt_bytes(c.x)
+    } else {
+        sig3(c.x)
+    };
+    let note = crossover::note(&a.name, &b.name, &c, &at, lower_is_better(&f.title));
+    Some((c, note))
+}
+
+/// Each series' colour: a prediction named after a measured series ("your
+/// ring, α–β fit" after "your ring") takes that series' colour, so a fit
+/// reads as belonging to its data; every other series the next colour.
+fn series_colors(f: &Figure) -> Vec<RGBColor> {
+    let owner = |i: usize| -> Option<usize> {
+        let name = &f.series[i].name;
+        f.series
+            .iter()
+            .enumerate()
+            .filter(|(j, s)| *j != i && !s.theory && !s.name.is_empty())
+            .filter(|(_, s)| {
+                name.strip_prefix(s.name.as_str())
+                    .is_some_and(|rest| rest.starts_with([',', ' ', '(']))
+            })
+            .max_by_key(|(_, s)| s.name.len())
+            .map(|(j, _)| j)
+    };
+    let mut slot = vec![None; f.series.len()];
+    let mut next = 0;
+    for (i, s) in f.series.iter().enumerate() {
+        if !(s.theory && owner(i).is_some()) {
+            slot[i] = Some(next);
+            next += 1;
+        }
+    }
+    (0..f.series.len())
+        .map(|i| {
+            let k = slot[i]
+                .or_else(|| owner(i).and_then(|j| slot[j]))
+                .unwrap_or(i);
+            charts::color(k)
+        })
+        .collect()
+}
+
+/// The legend entry of a line series.
+fn line_entry(name: &str, color: RGBColor, theory: bool) -> LegendEntry {
+    LegendEntry {
+        name: name.to_owned(),
+        swatch: Swatch::Line {
+            color,
+            width: if theory { 1 } else { 2 },
+            dash: theory.then_some((6, 4)),
+        },
+    }
+}
+
+/// What a line figure's frame holds, before anything is drawn.
+struct LinesPlan {
+    log_x: bool,
+    log_y: bool,
+    x: (f64, f64),
+    y: (f64, f64),
+    x_desc: String,
+    y_desc: String,
+    legend: Vec<LegendEntry>,
+    y_candidates: Vec<Vec<f64>>,
+    y_labels: Vec<String>,
+    crossing: Option<(Crossing, String)>,
+}
+
+fn lines_plan(f: &Figure) -> Result<LinesPlan, String> {
+    let points = || f.series.iter().flat_map(|s| s.points.iter());
+    let log_x = spans_decades(points().map(|p| p[0]));
+    let (x, x_desc) = if log_x {
+        let lo = points().map(|p| p[0]).fold(f64::INFINITY, f64::min);
+        let hi = points().map(|p| p[0]).fold(f64::NEG_INFINITY, f64::max);
+        charts::check_axis("x", lo, hi, true)?;
+        ((lo / 1.15, hi * 1.15), log_desc(&f.x_label))
+    } else {
+        let (x0, x1) = range(points().map(|p| p[0]));
+        charts::check_axis("x", x0, x1, false)?;
+        ((x0, x1), f.x_label.clone())
+    };
+    // Times over sizes span decades both ways (lab 6's α–β chart): on a
+    // linear y axis every size below the largest few lay flat at zero.
+    let log_y = spans_decades(points().map(|p| p[1]));
+    let (y, y_desc, y_candidates) = if log_y {
+        let lo = points().map(|p| p[1]).fold(f64::INFINITY, f64::min);
+        let hi = points().map(|p| p[1]).fold(f64::NEG_INFINITY, f64::max);
+        charts::check_axis("y", lo, hi, true)?;
+        let y = (lo / 1.15, hi * 1.15);
+        let axis: LogCoord<f64> = (y.0..y.1).log_scale().into();
+        (y, log_desc(&f.y_label), frame::candidates(&axis))
+    } else {
+        let y = range(points().map(|p| p[1]));
+        charts::check_axis("y", y.0, y.1, false)?;
+        let axis = RangedCoordf64::from(y.0..y.1);
+        (y, f.y_label.clone(), frame::candidates(&axis))
+    };
+    let y_labels = y_candidates
+        .first()
+        .map(|v| v.iter().map(|v| sig3(*v)).collect())
+        .unwrap_or_default();
+    Ok(LinesPlan {
+        log_x,
+        log_y,
+        x,
+        y,
+        x_desc,
+        y_desc,
+        legend: f
+            .series
+            .iter()
+            .zip(series_colors(f))
+            .map(|(s, color)| line_entry(&s.name, color, s.theory))
+            .collect(),
+        y_candidates,
+        y_labels,
+        crossing: figure_crossing(f, log_x),
+    })
+}
+
+impl LinesPlan {
+    fn spec<'a>(&'a self, f: &'a Figure) -> Spec<'a> {
+        Spec {
+            title: &f.title,
+            x_title: &self.x_desc,
+            y_title: &self.y_desc,
+            legend: &self.legend,
+            y_labels: &self.y_labels,
+            x_labels: XLabels::Numeric,
+            note_row: self.crossing.is_some(),
+        }
+    }
+}
+
+/// A line figure's frame at a size, with its ticks and the crossing's
+/// column: what is drawn, and what the tests check.
+struct LinesFrame {
+    layout: Layout,
+    x: Vec<(Tick, i32)>,
+    y: Vec<(Tick, i32)>,
+    crossing_px: Option<i32>,
+}
+
+fn lines_frame(f: &Figure, plan: &LinesPlan, size: (u32, u32)) -> Result<LinesFrame, String> {
+    let layout = frame::layout(&plan.spec(f), size)?;
+    let (lo, hi) = plan.x;
+    let bytes = plan.log_x && counts_bytes(f);
+    let fmt_x = |v: f64| if bytes { axis_bytes(v) } else { sig3(v) };
+    let crossing = plan.crossing.as_ref().map(|(c, _)| c.x);
+    let (x, crossing_px) = if plan.log_x {
+        let axis: LogCoord<f64> = (lo..hi).log_scale().into();
+        let candidates = if bytes {
+            size_candidates(lo, hi)
+        } else {
+            frame::candidates(&axis)
+        };
+        let px = |v: f64| frame::x_pixel(&axis, &layout, v);
+        let ticks = frame::x_ticks(&layout, &candidates, px, fmt_x);
+        (placed(ticks, px), crossing.map(px))
+    } else {
+        let axis = RangedCoordf64::from(lo..hi);
+        let px = |v: f64| frame::x_pixel(&axis, &layout, v);
+        let ticks = frame::x_ticks(&layout, &frame::candidates(&axis), px, fmt_x);
+        (placed(ticks, px), crossing.map(px))
+    };
+    let (y0, y1) = plan.y;
+    let y = if plan.log_y {
+        let axis: LogCoord<f64> = (y0..y1).log_scale().into();
+        let py = |v: f64| frame::y_pixel(&axis, &layout, v);
+        placed(frame::y_ticks(&layout, &plan.y_candidates, py, sig3), py)
+    } else {
+        let axis = RangedCoordf64::from(y0..y1);
+        let py = |v: f64| frame::y_pixel(&axis, &layout, v);
+        placed(frame::y_ticks(&layout, &plan.y_candidates, py, sig3), py)
+    };
+    Ok(LinesFrame {
+        layout,
+        x,
+        y,
+        crossing_px,
+    })
+}
+
+fn draw_lines<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Figure) -> Result<(), String> {
+    let plan = lines_plan(f)?;
+    let drawn = lines_frame(f, &plan, root.dim_in_pixel())?;
+    let ((x0, x1), (y0, y1)) = (plan.x, plan.y);
+    match (plan.log_x, plan.log_y) {
+        (true, true) => draw_lines_on(
+            root,
+            f,
+            &plan,
+            &drawn,
+            (x0..x1).log_scale(),
+            (y0..y1).log_scale(),
+        ),
+        (true, false) => draw_lines_on(root, f, &plan, &drawn, (x0..x1).log_scale(), y0..y1),
+        (false, true) => draw_lines_on(root, f, &plan, &drawn, x0..x1, (y0..y1).log_scale()),
+        (false, false) => draw_lines_on(root, f, &plan, &drawn, x0..x1, y0..y1),
+    }
+}
+
+/// Powers of two from dense to sparse, for a size axis.
+fn size_candidates(lo: f64, hi: f64) -> Vec<Vec<f64>> {
+    let mut sets: Vec<Vec<f64>> = (2..=12)
+        .rev()
+        .map(|n| charts::size_ticks(lo, hi, n))
+        .collect();
+    sets.dedup();
+    sets
+}
+
+/// Ticks with their pixel column (x) or row (y).
+fn placed(ticks: Vec<Tick>, px: impl Fn(f64) -> i32) -> Vec<(Tick, i32)> {
+    ticks
+        .into_iter()
+        .map(|t| {
+            let p = px(t.value);
+            (t, p)
+        })
+        .collect()
+}
+
+/// The area of `root` that is `layout`'s plot.
+fn plot_area<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    layout: &Layout,
+) -> DrawingArea<DB, Shift> {
+    let p = layout.plot;
+    let (w, h) = layout.size;
+    root.margin(p.top, h - p.bottom, p.left, w - p.right)
+}
+
+fn draw_lines_on<DB, X, Y>(
     root: &DrawingArea<DB, Shift>,
     f: &Figure,
+    plan: &LinesPlan,
+    drawn: &LinesFrame,
     x: X,
-    x_desc: &str,
+    y: Y,
 ) -> Result<(), String>
 where
     DB: DrawingBackend,
     X: AsRangedCoord<Value = f64>,
-    X::CoordDescType: Ranged<ValueType = f64> + ValueFormatter<f64>,
+    Y: AsRangedCoord<Value = f64>,
 {
     let s = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    let points = || f.series.iter().flat_map(|s| s.points.iter());
-    let (y0, y1) = range(points().map(|p| p[1]));
-    charts::check_axis("y", y0, y1, false)?;
-    let mut chart = chart_builder(root, &f.title)
-        .build_cartesian_2d(x, y0..y1)
+    let layout = &drawn.layout;
+    let area = plot_area(root, layout);
+    let mut chart = ChartBuilder::on(&area)
+        .build_cartesian_2d(x, y)
         .map_err(s)?;
-    chart
-        .configure_mesh()
-        .x_desc(x_desc)
-        .y_desc(f.y_label.as_str())
-        .x_label_formatter(&|v| sig3(*v))
-        .y_label_formatter(&|v| sig3(*v))
-        .light_line_style(RGBColor(235, 235, 235))
-        .label_style(("sans-serif", 16))
-        .draw()
-        .map_err(s)?;
-    for (i, series) in f.series.iter().enumerate() {
-        let color = charts::color(i);
+    frame::draw_grid(root, layout, &drawn.x, &drawn.y)?;
+    for (series, color) in f.series.iter().zip(series_colors(f)) {
         let style = color.stroke_width(if series.theory { 1 } else { 2 });
         let pts: Vec<(f64, f64)> = series.points.iter().map(|p| (p[0], p[1])).collect();
-        let anno = if series.theory {
+        if series.theory {
             chart.draw_series(DashedLineSeries::new(pts.clone(), 6, 4, style))
         } else {
             chart.draw_series(LineSeries::new(pts.clone(), style))
         }
         .map_err(s)?;
-        let dashed = series.theory;
-        anno.label(series.name.clone()).legend(move |(x, y)| {
-            let seg = |a: i32, b: i32| PathElement::new(vec![(x + a, y), (x + b, y)], style);
-            let pieces = if dashed {
-                [(0, 8), (13, 22)]
-            } else {
-                [(0, 11), (11, 22)]
-            };
-            EmptyElement::at((0, 0)) + seg(pieces[0].0, pieces[0].1) + seg(pieces[1].0, pieces[1].1)
-        });
         // Few points: mark them, so a two-point "curve" is not mistaken for data
         // in between.
         if !series.theory && pts.len() <= 24 {
@@ -146,7 +381,10 @@ where
                 .map_err(s)?;
         }
     }
-    legend(&mut chart)
+    if let (Some(x), Some((_, note))) = (drawn.crossing_px, &plan.crossing) {
+        frame::draw_crossing(root, layout, x, note)?;
+    }
+    frame::draw_frame(root, layout, &plan.spec(f), &drawn.x, &drawn.y, &[])
 }
 
 /// A bar chart's x axis: `n` slots, slot `k` spanning `k ± 0.5` and labelled
@@ -164,11 +402,7 @@ impl Ranged for Slots {
         limit.0 + (at * f64::from(limit.1 - limit.0)).round() as i32
     }
 
-    fn key_points<H: KeyPointHint>(&self, hint: H) -> Vec<f64> {
-        // Labels at the centres only; no light grid lines between them.
-        if hint.weight().allow_light_points() {
-            return Vec::new();
-        }
+    fn key_points<H: KeyPointHint>(&self, _: H) -> Vec<f64> {
         (0..self.0).map(|k| k as f64).collect()
     }
 
@@ -187,282 +421,176 @@ impl ValueFormatter<f64> for Slots {
 /// plot read as a wall, not a bar.
 const MAX_BAR_PX: f64 = 140.0;
 
-fn draw_bars<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Figure) -> Result<(), String> {
-    let s = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+/// What a bar figure's frame holds, before anything is drawn.
+struct BarsPlan {
+    stacked: bool,
+    /// The value written above each category (stacked) or bar (grouped).
+    tops: Vec<f64>,
+    y1: f64,
+    legend: Vec<LegendEntry>,
+    y_candidates: Vec<Vec<f64>>,
+    y_labels: Vec<String>,
+}
+
+fn bars_plan(f: &Figure) -> Result<BarsPlan, String> {
     let n = f.categories.len().max(1);
+    let stacked = f.kind == FigureKind::StackedBars;
     let mut totals = vec![0.0; n];
     for series in &f.series {
         for p in &series.points {
-            totals[p[0] as usize] += p[1];
+            let k = p[0] as usize;
+            totals[k] = if stacked {
+                totals[k] + p[1]
+            } else {
+                f64::max(totals[k], p[1])
+            };
         }
     }
     let (_, y1) = range(totals.iter().copied().chain([0.0]));
-    // Room above the tallest bar for its total and for the legend (top right, about
-    // 7 % of the plot's height per row), so neither covers a bar.
-    let y1 = y1 * (1.10 + 0.07 * f.series.len() as f64);
+    // Room above the tallest bar for the value written on it.
+    let y1 = y1 * 1.08;
     charts::check_axis("y", 0.0, y1, false)?;
-    let mut chart = chart_builder(root, &f.title)
-        .build_cartesian_2d(Slots(n), 0.0..y1)
-        .map_err(s)?;
-    let label = |v: &f64| {
-        let k = v.round();
-        if (v - k).abs() < 1e-6 && k >= 0.0 {
-            f.categories.get(k as usize).cloned().unwrap_or_default()
-        } else {
-            String::new()
-        }
-    };
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_desc(f.x_label.as_str())
-        .y_desc(f.y_label.as_str())
-        .x_labels(n)
-        .x_label_formatter(&label)
-        .y_label_formatter(&|v| sig3(*v))
-        .light_line_style(RGBColor(235, 235, 235))
-        .label_style(("sans-serif", 16))
-        .draw()
-        .map_err(s)?;
-    // Half a bar in axis units: 36 % of its slot, at most MAX_BAR_PX wide.
-    let (plot_px, _) = chart.plotting_area().dim_in_pixel();
-    let px_per_slot = f64::from(plot_px.max(1)) / n as f64;
-    let half = 0.36f64.min(0.5 * MAX_BAR_PX / px_per_slot);
-    let mut base = vec![0.0; n];
-    for (i, series) in f.series.iter().enumerate() {
-        let color = charts::color(i);
-        let bars: Vec<Rectangle<(f64, f64)>> = series
-            .points
-            .iter()
-            .map(|p| {
-                let k = p[0] as usize;
-                let (lo, hi) = (base[k], base[k] + p[1]);
-                base[k] = hi;
-                let x = k as f64;
-                Rectangle::new([(x - half, lo), (x + half, hi)], color.filled())
-            })
-            .collect();
-        chart
-            .draw_series(bars)
-            .map_err(s)?
-            .label(series.name.clone())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 16, y + 6)], color.filled()));
-    }
-    chart
-        .draw_series(totals.iter().enumerate().map(|(k, &t)| {
-            Text::new(
-                sig3(t),
-                (k as f64, t + y1 * 0.01),
-                ("sans-serif", 15)
-                    .into_font()
-                    .color(&BLACK)
-                    .pos(Pos::new(HPos::Center, VPos::Bottom)),
-            )
-        }))
-        .map_err(s)?;
-    legend(&mut chart)
+    let y_candidates = frame::candidates(&RangedCoordf64::from(0.0..y1));
+    let y_labels = y_candidates
+        .first()
+        .map(|v| v.iter().map(|v| sig3(*v)).collect())
+        .unwrap_or_default();
+    let legend = f
+        .series
+        .iter()
+        .enumerate()
+        .map(|(i, s)| LegendEntry {
+            name: s.name.clone(),
+            swatch: Swatch::Block(bar_color(i, s.theory)),
+        })
+        .collect();
+    Ok(BarsPlan {
+        stacked,
+        tops: totals,
+        y1,
+        legend,
+        y_candidates,
+        y_labels,
+    })
 }
 
-fn legend<'a, DB, CT>(chart: &mut ChartContext<'a, DB, CT>) -> Result<(), String>
-where
-    DB: DrawingBackend + 'a,
-    CT: CoordTranslate,
-{
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(180, 180, 180))
-        .label_font(("sans-serif", 15))
-        .draw()
-        .map_err(|e| e.to_string())
+/// A bar's colour: a predicted one paler than a measured one.
+fn bar_color(i: usize, theory: bool) -> RGBColor {
+    let c = charts::color(i);
+    if theory {
+        let pale = |v: u8| ((u16::from(v) + 2 * 255) / 3) as u8;
+        RGBColor(pale(c.0), pale(c.1), pale(c.2))
+    } else {
+        c
+    }
+}
+
+impl BarsPlan {
+    fn spec<'a>(&'a self, f: &'a Figure) -> Spec<'a> {
+        Spec {
+            title: &f.title,
+            x_title: &f.x_label,
+            y_title: &f.y_label,
+            legend: &self.legend,
+            y_labels: &self.y_labels,
+            x_labels: XLabels::Categories(&f.categories),
+            note_row: false,
+        }
+    }
+}
+
+/// A bar figure's y ticks and the centre column of each of its `n` slots.
+fn bars_ticks(plan: &BarsPlan, layout: &Layout, n: usize) -> (Vec<(Tick, i32)>, Vec<i32>) {
+    let y_axis = RangedCoordf64::from(0.0..plan.y1);
+    let py = |v: f64| frame::y_pixel(&y_axis, layout, v);
+    let yt = placed(frame::y_ticks(layout, &plan.y_candidates, py, sig3), py);
+    let slots = Slots(n);
+    let category_px = (0..n)
+        .map(|k| frame::x_pixel(&slots, layout, k as f64))
+        .collect();
+    (yt, category_px)
+}
+
+fn draw_bars<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Figure) -> Result<(), String> {
+    let s = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let plan = bars_plan(f)?;
+    let spec = plan.spec(f);
+    let layout = frame::layout(&spec, root.dim_in_pixel())?;
+    let n = f.categories.len().max(1);
+    let (yt, category_px) = bars_ticks(&plan, &layout, n);
+    let area = plot_area(root, &layout);
+    let mut chart = ChartBuilder::on(&area)
+        .build_cartesian_2d(Slots(n), RangedCoordf64::from(0.0..plan.y1))
+        .map_err(s)?;
+    frame::draw_grid(root, &layout, &[], &yt)?;
+    let px_per_slot = f64::from((layout.plot.right - layout.plot.left).max(1)) / n as f64;
+    let label_font = ("sans-serif", 14)
+        .into_font()
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Center, VPos::Bottom));
+    let above = plan.y1 * 0.01;
+    if plan.stacked {
+        // Half a bar in axis units: 36 % of its slot, at most MAX_BAR_PX wide.
+        let half = 0.36f64.min(0.5 * MAX_BAR_PX / px_per_slot);
+        let mut base = vec![0.0; n];
+        for (i, series) in f.series.iter().enumerate() {
+            let color = bar_color(i, series.theory);
+            let bars: Vec<Rectangle<(f64, f64)>> = series
+                .points
+                .iter()
+                .map(|p| {
+                    let k = p[0] as usize;
+                    let (lo, hi) = (base[k], base[k] + p[1]);
+                    base[k] = hi;
+                    let x = k as f64;
+                    Rectangle::new([(x - half, lo), (x + half, hi)], color.filled())
+                })
+                .collect();
+            chart.draw_series(bars).map_err(s)?;
+        }
+        chart
+            .draw_series(
+                plan.tops
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &t)| Text::new(sig3(t), (k as f64, t + above), label_font.clone())),
+            )
+            .map_err(s)?;
+    } else {
+        // Each bar a share of 80 % of its slot, at most MAX_BAR_PX wide,
+        // side by side in series order, a small gap between.
+        let m = f.series.len().max(1) as f64;
+        let bar = (0.8 / m).min(MAX_BAR_PX / px_per_slot);
+        let bar_px = bar * px_per_slot;
+        for (i, series) in f.series.iter().enumerate() {
+            let color = bar_color(i, series.theory);
+            let x_of = |k: f64| k - bar * m / 2.0 + bar * (i as f64 + 0.5);
+            chart
+                .draw_series(series.points.iter().map(|p| {
+                    let x = x_of(p[0]);
+                    Rectangle::new(
+                        [(x - 0.45 * bar, 0.0), (x + 0.45 * bar, p[1])],
+                        color.filled(),
+                    )
+                }))
+                .map_err(s)?;
+            // The value above its bar when it fits the bar's width: the
+            // y axis gives the rest.
+            chart
+                .draw_series(
+                    series
+                        .points
+                        .iter()
+                        .filter(|p| f64::from(frame::text_width(&sig3(p[1]), 14)) <= bar_px)
+                        .map(|p| {
+                            Text::new(sig3(p[1]), (x_of(p[0]), p[1] + above), label_font.clone())
+                        }),
+                )
+                .map_err(s)?;
+        }
+    }
+    frame::draw_frame(root, &layout, &spec, &[], &yt, &category_px)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use measure::FigureSeries;
-
-    fn opts() -> ChartOptions {
-        ChartOptions::default()
-    }
-
-    /// Lab 7's bucket sweep (16 KiB to 25 MiB) piled its small buckets at
-    /// zero on a linear axis: x spanning decades is drawn on a log axis.
-    #[test]
-    fn bucket_sweep_from_16k_to_25m_piled_at_zero_on_a_linear_axis() {
-        let sweep = Figure::lines("buckets", "Exposed communication", "bucket (bytes)", "ms").with(
-            FigureSeries::measured(
-                "exposed",
-                vec![[16384.0, 1.0], [262144.0, 0.8], [26214400.0, 2.0]],
-            ),
-        );
-        let c = render_figure(&sweep, &opts()).unwrap();
-        assert!(c.svg.contains("bucket (bytes) (log)"), "no log axis label");
-        // The three points' circles: on a log axis the middle one sits near the
-        // middle of the plot, not against the left edge.
-        let xs: Vec<f64> = c
-            .svg
-            .split("<circle")
-            .skip(1)
-            .filter_map(|t| t.split("cx=\"").nth(1)?.split('"').next()?.parse().ok())
-            .collect();
-        assert_eq!(xs.len(), 3, "{xs:?}");
-        let frac = (xs[1] - xs[0]) / (xs[2] - xs[0]);
-        assert!(
-            (0.25..0.6).contains(&frac),
-            "middle point at {frac} of the span"
-        );
-        assert!(!spans_decades([1.0, 50.0].into_iter()));
-        assert!(
-            !spans_decades([0.0, 1000.0].into_iter()),
-            "zero cannot go on a log axis"
-        );
-    }
-
-    #[test]
-    fn lines_and_bars_draw_their_names_and_labels() {
-        let lines = Figure::lines("loss", "Training loss", "wall time (s)", "loss")
-            .with(FigureSeries::measured(
-                "2 workers",
-                vec![[0.0, 2.3], [1.5, 0.9]],
-            ))
-            .with(FigureSeries::theory(
-                "(p−1)/(m+p−1)",
-                vec![[0.0, 1.0], [1.5, 0.5]],
-            ));
-        let c = render_figure(&lines, &opts()).unwrap();
-        assert_eq!(
-            (c.stem.as_str(), c.kind, c.collective),
-            ("loss", ChartKind::Figure, None)
-        );
-        for text in [
-            "Training loss",
-            "2 workers",
-            "wall time (s)",
-            "(p−1)/(m+p−1)",
-        ] {
-            assert!(c.svg.contains(text), "{text} missing");
-        }
-        assert!(c.png.starts_with(b"\x89PNG"));
-
-        let bars = Figure::stacked_bars(
-            "phases",
-            "Step phases",
-            vec!["cpu".into(), "cuda:0".into()],
-            "ms",
-        )
-        .with_layer("forward", &[3.0, 0.25])
-        .with_layer("backward", &[6.0, 0.5]);
-        let c = render_figure(&bars, &opts()).unwrap();
-        if let Ok(dir) = std::env::var("RINGSIDE_FIGURE_DUMP") {
-            std::fs::write(format!("{dir}/bars.png"), &c.png).unwrap();
-        }
-        // The total of the first bar (3 + 6) is written above it.
-        for text in ["cpu", "cuda:0", "forward", "backward", "\n9\n"] {
-            assert!(c.svg.contains(text), "{text} missing from the bars");
-        }
-    }
-
-    /// `(x, y, width, height)` of every `<rect>` filled with `fill` (plotters
-    /// writes one element per line).
-    fn rects(svg: &str, fill: &str) -> Vec<(f64, f64, f64, f64)> {
-        let attr = |line: &str, name: &str| -> f64 {
-            let key = format!(" {name}=\"");
-            let at = line
-                .find(&key)
-                .unwrap_or_else(|| panic!("no {name} in {line}"))
-                + key.len();
-            let end = line[at..].find('"').unwrap();
-            line[at..at + end].parse().unwrap()
-        };
-        svg.lines()
-            .filter(|l| l.starts_with("<rect") && l.contains(&format!("fill=\"{fill}\"")))
-            .map(|l| {
-                (
-                    attr(l, "x"),
-                    attr(l, "y"),
-                    attr(l, "width"),
-                    attr(l, "height"),
-                )
-            })
-            .collect()
-    }
-
-    /// The first palette colour as plotters writes it in SVG.
-    const FIRST: &str = "#1F77B4";
-
-    /// Draws `figure`, checks each of its `bars` layer-0 rects lies inside the
-    /// plot with a sensible width, and returns the chart.
-    fn bars_fit_the_plot(figure: &Figure, bars: usize) -> Chart {
-        let c = render_figure(figure, &opts()).unwrap();
-        let (w, h) = (f64::from(opts().width), f64::from(opts().height));
-        // The legend's swatch is a rect of the same colour, 16 px wide.
-        let found: Vec<_> = rects(&c.svg, FIRST)
-            .into_iter()
-            .filter(|r| r.2 != 16.0)
-            .collect();
-        assert_eq!(found.len(), bars, "{found:?}");
-        for (x, y, width, height) in found {
-            // Right of the y axis' labels (76 px + 14 px margin), inside the
-            // picture, neither a sliver nor a wall.
-            assert!(width >= 20.0 && width <= 0.5 * w, "bar width {width}");
-            assert!(x >= 90.0 && x + width <= w, "bar at x {x}..{}", x + width);
-            assert!(
-                height > 0.0 && y >= 0.0 && y + height <= h,
-                "bar y {y} h {height}"
-            );
-        }
-        c
-    }
-
-    #[test]
-    fn one_bar_chart_has_positive_width() {
-        // Lab 2 on a machine without a GPU: one category, one layer.
-        let one = Figure::stacked_bars("phases", "Step phases", vec!["cpu".into()], "ms")
-            .with_layer("forward", &[3.0]);
-        let c = bars_fit_the_plot(&one, 1);
-        assert!(
-            c.svg.contains(">cpu<") || c.svg.contains("\ncpu\n"),
-            "no category label"
-        );
-        if let Ok(dir) = std::env::var("RINGSIDE_FIGURE_DUMP") {
-            std::fs::write(format!("{dir}/one-bar.png"), &c.png).unwrap();
-        }
-        // One bar, two layers; and three bars of one layer.
-        let two_layers = one.clone().with_layer("backward", &[6.0]);
-        let c = bars_fit_the_plot(&two_layers, 1);
-        if let Ok(dir) = std::env::var("RINGSIDE_FIGURE_DUMP") {
-            std::fs::write(format!("{dir}/one-bar-two-layers.png"), &c.png).unwrap();
-        }
-        let three = Figure::stacked_bars(
-            "phases",
-            "Step phases",
-            vec!["a".into(), "b".into(), "c".into()],
-            "ms",
-        )
-        .with_layer("forward", &[3.0, 1.0, 2.0]);
-        bars_fit_the_plot(&three, 3);
-    }
-
-    #[test]
-    fn a_figure_too_large_for_its_axes_fails_fast_naming_them() {
-        let huge = Figure::lines("loss", "L", "s", "loss").with(FigureSeries::measured(
-            "a",
-            vec![[0.0, -1e308], [1.0, 1e308]],
-        ));
-        let e = render_figure(&huge, &opts()).unwrap_err().to_string();
-        assert!(e.contains("loss") && e.contains("y axis"), "{e}");
-        let bars = Figure::stacked_bars("phases", "P", vec!["cpu".into()], "ms")
-            .with_layer("a", &[1e308])
-            .with_layer("b", &[1e308]);
-        let e = render_figure(&bars, &opts()).unwrap_err().to_string();
-        assert!(e.contains("phases") && e.contains("y axis"), "{e}");
-    }
-
-    #[test]
-    fn an_undrawable_figure_is_an_error_naming_it() {
-        let e = render_figure(&Figure::lines("nothing", "N", "x", "y"), &opts()).unwrap_err();
-        assert!(e.to_string().contains("nothing"), "{e}");
-    }
-}
+mod tests;

@@ -9,10 +9,12 @@
 #![deny(missing_docs)]
 
 mod charts;
+mod crossover;
 mod dataset;
 mod error;
 mod figure;
 mod fit;
+mod frame;
 mod html;
 mod predict;
 mod results;

@@ -186,6 +186,7 @@ fn figures(reports: &[(usize, HogwildReport)], model: Arch) -> (Figure, Figure) 
         "training loss",
     );
     let mut acc = Vec::new();
+    let mut counts = Vec::new();
     for (workers, r) in reports {
         let points = r.curve.iter().map(|p| [p.seconds, p.loss]).collect();
         let name = format!(
@@ -195,14 +196,17 @@ fn figures(reports: &[(usize, HogwildReport)], model: Arch) -> (Figure, Figure) 
             100.0 * r.final_accuracy
         );
         loss = loss.with(FigureSeries::measured(name, points));
-        acc.push([*workers as f64, 100.0 * r.final_accuracy]);
+        acc.push(100.0 * r.final_accuracy);
+        counts.push(format!("{workers}"));
     }
-    let accuracy = Figure::lines(
+    // Worker counts are categories (1, 2, 4): bars, not a line between them.
+    let accuracy = Figure::grouped_bars(
         "test-accuracy",
         "Test accuracy of the shared parameters after the same images",
         "worker processes",
+        counts,
         "test accuracy (%)",
     )
-    .with(FigureSeries::measured("Hogwild", acc));
+    .with_layer("Hogwild", &acc);
     (loss, accuracy)
 }

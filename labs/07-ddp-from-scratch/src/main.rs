@@ -91,10 +91,14 @@ fn run(mut args: Args) -> anyhow::Result<()> {
         std::sync::Arc::new(Standard),
         Step::Overlap.options(OVERLAP_CAP),
     ));
-    let mut throughput = Figure::lines(
+    // World sizes are categories, not a continuous axis: one group of bars
+    // per world size, one bar per configuration.
+    let worlds = ["1 rank", "2 ranks"];
+    let mut throughput = Figure::grouped_bars(
         "throughput",
         "DDP training throughput of the CNN (higher is better)",
         "ranks",
+        worlds.iter().map(|w| w.to_string()).collect(),
         "samples/s",
     );
     // One rank: nothing to communicate, one measurement each. Two ranks: every
@@ -132,10 +136,7 @@ fn run(mut args: Args) -> anyhow::Result<()> {
             m.exposed.2,
             args.rounds
         );
-        throughput = throughput.with(FigureSeries::measured(
-            label,
-            vec![[1.0, *one], [2.0, m.samples.0]],
-        ));
+        throughput = throughput.with_layer(label, &[*one, m.samples.0]);
         world2.push((label.clone(), m));
     }
     if let (Some((_, bucketed)), Some((_, overlapped))) = (
@@ -157,7 +158,13 @@ fn run(mut args: Args) -> anyhow::Result<()> {
                     "PyTorch DDP (gloo)", p[0], p[1]
                 );
             }
-            throughput = throughput.with(FigureSeries::measured("PyTorch DDP (gloo)", points));
+            // Its points are (world size, samples/s): world w is category w − 1.
+            let bars = points
+                .iter()
+                .filter(|p| (1.0..=worlds.len() as f64).contains(&p[0]))
+                .map(|p| [p[0] - 1.0, p[1]])
+                .collect();
+            throughput = throughput.with(FigureSeries::measured("PyTorch DDP (gloo)", bars));
         }
         Err(why) => println!("PyTorch DDP: skipped, {why:#}"),
     }
