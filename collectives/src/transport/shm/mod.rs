@@ -353,7 +353,7 @@ impl Transport for ShmTransport {
         // all_reduce of 32 MiB receives 16 MiB messages but sweeps 32 MiB),
         // and with the message's size which path a message takes.
         let whole = (tag.count as usize).saturating_mul(tag.dtype.size());
-        let route = send.map(|(peer, payload)| self.route(peer, payload.len(), whole));
+        let route = send.map(|(peer, payload)| self.route(peer, payload.len(), whole, tag.seq));
         let single = route.is_some_and(|(r, _)| r.single);
         let started = route.filter(|(r, _)| r.timed).map(|_| Instant::now());
         // A single-copy message streams its descriptor instead of the
@@ -413,8 +413,11 @@ impl Transport for ShmTransport {
             }
             self.wait(tag, tx.as_ref(), rx.as_ref(), &mut w, &mut deadline)?;
         })();
-        if let (Ok(()), Some(t0), Some((r, class))) = (&result, started, route) {
-            self.routes.record(class, r.single, t0.elapsed());
+        if let (Some(t0), Some((_, class))) = (started, route) {
+            match &result {
+                Ok(()) => self.routes.record(class, t0.elapsed()),
+                Err(_) => self.routes.discard(class),
+            }
         }
         if let (Err(e), Some(t)) = (&result, &tx) {
             if t.ack.is_some() {

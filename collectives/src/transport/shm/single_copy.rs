@@ -220,10 +220,17 @@ impl ShmTransport {
                 != 0
     }
 
-    /// The path of a `len`-byte message to `peer` in an operation over
-    /// `whole` bytes: single copy where the peer offers it and, between
-    /// processes in `auto` mode, where timing chose it (`route.rs`).
-    pub(super) fn route(&mut self, peer: usize, len: usize, whole: usize) -> (Route, Class) {
+    /// The path of a `len`-byte message to `peer` in call `seq` of an
+    /// operation over `whole` bytes: single copy where the peer offers it
+    /// and, between processes in `auto` mode, where timing chose it
+    /// (`route.rs`).
+    pub(super) fn route(
+        &mut self,
+        peer: usize,
+        len: usize,
+        whole: usize,
+        seq: u32,
+    ) -> (Route, Class) {
         let class = Class::of(len, whole);
         let untimed = |single| Route {
             single,
@@ -235,7 +242,7 @@ impl ShmTransport {
         let route = if self.mode != Mode::Auto || self.peers[peer].pid == std::process::id() {
             untimed(true)
         } else {
-            self.routes.pick(class)
+            self.routes.pick(class, seq)
         };
         (route, class)
     }
