@@ -23,8 +23,9 @@ use super::Flight;
 use crate::error::{Error, Result};
 use crate::rendezvous::Store;
 
-/// How often the responder checks for an ask.
-const RESPOND_EVERY: Duration = Duration::from_millis(250);
+/// How often the responder checks for an ask (and reads the clock that
+/// calls take their start time from, [`super::call_clock_ms`]).
+pub(super) const RESPOND_EVERY: Duration = Duration::from_millis(250);
 /// How long an asker waits for the answers.
 const ANSWERS_WITHIN: Duration = Duration::from_secs(1);
 /// Pause between reads of an answer not yet there.
@@ -418,12 +419,14 @@ impl Board {
         let handle = std::thread::Builder::new()
             .name(format!("ringside-flight-{}", self.rank))
             .spawn(move || {
+                let ticker = super::Ticker::start();
                 let mut answered = 0;
                 loop {
                     match rx.recv_timeout(RESPOND_EVERY) {
                         Err(RecvTimeoutError::Timeout) => {}
                         _ => return,
                     }
+                    ticker.tick();
                     // A store that fails (the job is ending) ends the responder.
                     let Ok(n) = store.add(&ask, 0) else { return };
                     if n > answered {
