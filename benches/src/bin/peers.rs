@@ -345,11 +345,13 @@ fn real_main() -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Measures the single-copy bound ([`memcpy::Bound`]: one core's memcpy and
-/// `y += x` of the same bytes) at every size of 1 MiB or more that
-/// ringside-shm ran at world 2, prints both rates, the bound and ringside-shm's
-/// busbw beside them, and judges the share at [`memcpy::JUDGED_AT`]:
-/// `Some(met)`, or `None` where it does not apply or the reference is doubtful.
+/// Measures the single-copy bound ([`memcpy::Bound`]: memcpy and `y += x` of
+/// the same bytes) at every size of 1 MiB or more that ringside-shm ran at
+/// world 2, one core alone and two side by side, prints the rates, both
+/// bounds and ringside-shm's busbw beside them, and judges the share of the
+/// side-by-side bound at [`memcpy::JUDGED_AT`] (both ranks of the all_reduce
+/// copy at once; see `memcpy.rs`): `Some(met)`, or `None` where it does not
+/// apply or the reference is doubtful.
 fn copy_bound(results: &Results, impls: &[Impl], sizes: &[u64], args: &Args) -> Option<bool> {
     // At world 2 busbw is what one rank moves; other worlds have no such
     // simple bound.
@@ -364,12 +366,80 @@ fn copy_bound(results: &Results, impls: &[Impl], sizes: &[u64], args: &Args) -> 
     // which a slow phase of a shared machine can only hide, never inflate.
     let iters = u32::try_from(args.sizes.iters).unwrap_or(u32::MAX).max(20);
     let warmup = 3;
-    let mut bounds: Vec<memcpy::Bound> = big
-        .iter()
-        .map(|&b| memcpy::bound(b, iters, warmup))
-        .collect();
-    // A bigger buffer measured faster than a smaller one means a point fell
-    // into a slow phase: measure those again (twice at most), keep the best.
+    let alone = measured_bounds(&big, |b| memcpy::bound(b, iters, warmup));
+    let together = measured_bounds(&big, |b| {
+        memcpy::bound_side_by_side(b, iters, warmup, args.world)
+    });
+    println!();
+    println!(
+        "copy bound (world 2): memcpy and y += x (f32) of the same bytes, best of {iters} after \
+         {warmup} warm passes, measured now, by one core alone and by 2 at once (each pass \
+         counted at the slower); bound = 2 / (1/memcpy + 1/add): each rank folds in half and \
+         copies half; the target is judged on 2 at once, as the ranks run"
+    );
+    println!(
+        "{:>10} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>10} {:>7} {:>7}",
+        "size",
+        "memcpy 1",
+        "add 1",
+        "bound 1",
+        "memcpy 2",
+        "add 2",
+        "bound 2",
+        "shm busbw",
+        "share 1",
+        "share 2"
+    );
+    let mut judged = None;
+    for ((a, doubtful_a), (t, doubtful_t)) in alone.iter().zip(&together) {
+        let bytes = a.copy.bytes;
+        let busbw = results
+            .get(Impl::RingsideShm, bytes)
+            .map(|r| r.computed_busbw());
+        let share = |b: &memcpy::Bound| busbw.map(|x| x / b.gbps());
+        let mut verdict = "";
+        if *doubtful_a || *doubtful_t {
+            verdict = " (reference doubtful: not monotone in size)";
+        } else if bytes == memcpy::JUDGED_AT
+            && let Some(s) = share(t)
+        {
+            let met = s >= memcpy::TARGET_SHARE;
+            verdict = if met { " ok" } else { " MISS" };
+            judged = Some(met);
+        }
+        let fmt = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.2}"));
+        println!(
+            "{:>10} {:>11.2} {:>11.2} {:>11.2} {:>11.2} {:>11.2} {:>11.2} {:>10} {:>7} {:>7}{verdict}",
+            format_size(bytes),
+            a.copy.gbps(),
+            a.add.gbps(),
+            a.gbps(),
+            t.copy.gbps(),
+            t.add.gbps(),
+            t.gbps(),
+            fmt(busbw),
+            fmt(share(a)),
+            fmt(share(t)),
+        );
+    }
+    println!(
+        "target: ringside-shm busbw >= {:.0}% of the single-copy bound (2 cores at once) at {}, \
+         world 2",
+        memcpy::TARGET_SHARE * 100.0,
+        format_size(memcpy::JUDGED_AT)
+    );
+    judged
+}
+
+/// `measure(size)` at every size, ascending; a bigger buffer measured faster
+/// than a smaller one means a point fell into a slow phase: those are
+/// measured again (twice at most) keeping the best, and any still out of
+/// order are marked doubtful (`true`).
+fn measured_bounds(
+    sizes: &[u64],
+    measure: impl Fn(u64) -> memcpy::Bound,
+) -> Vec<(memcpy::Bound, bool)> {
+    let mut bounds: Vec<memcpy::Bound> = sizes.iter().map(|&b| measure(b)).collect();
     let mut doubtful = Vec::new();
     for _ in 0..2 {
         let rates: Vec<(u64, f64)> = bounds
@@ -384,7 +454,7 @@ fn copy_bound(results: &Results, impls: &[Impl], sizes: &[u64], args: &Args) -> 
             .iter_mut()
             .filter(|b| doubtful.contains(&b.copy.bytes))
         {
-            let again = memcpy::bound(b.copy.bytes, iters, warmup);
+            let again = measure(b.copy.bytes);
             if again.copy.best_us < b.copy.best_us {
                 b.copy = again.copy;
             }
@@ -393,49 +463,10 @@ fn copy_bound(results: &Results, impls: &[Impl], sizes: &[u64], args: &Args) -> 
             }
         }
     }
-    println!();
-    println!(
-        "copy bound (world 2): one core's memcpy and y += x (f32) of the same bytes, \
-         best of {iters} after {warmup} warm passes, measured now; \
-         bound = 2 / (1/memcpy + 1/add): each rank folds in half and copies half"
-    );
-    println!(
-        "{:>10} {:>12} {:>10} {:>10} {:>14} {:>8}",
-        "size", "memcpy GB/s", "add GB/s", "bound", "shm busbw GB/s", "share"
-    );
-    let mut judged = None;
-    for b in &bounds {
-        let bytes = b.copy.bytes;
-        let busbw = results
-            .get(Impl::RingsideShm, bytes)
-            .map(|r| r.computed_busbw());
-        let share = busbw.map(|x| x / b.gbps());
-        let mut verdict = "";
-        if doubtful.contains(&bytes) {
-            verdict = " (reference doubtful: not monotone in size)";
-        } else if bytes == memcpy::JUDGED_AT
-            && let Some(s) = share
-        {
-            let met = s >= memcpy::TARGET_SHARE;
-            verdict = if met { " ok" } else { " MISS" };
-            judged = Some(met);
-        }
-        println!(
-            "{:>10} {:>12.2} {:>10.2} {:>10.2} {:>14} {:>8}{verdict}",
-            format_size(bytes),
-            b.copy.gbps(),
-            b.add.gbps(),
-            b.gbps(),
-            busbw.map_or("-".into(), |x| format!("{x:.2}")),
-            share.map_or("-".into(), |s| format!("{s:.2}")),
-        );
-    }
-    println!(
-        "target: ringside-shm busbw >= {:.0}% of the single-copy bound at {}, world 2",
-        memcpy::TARGET_SHARE * 100.0,
-        format_size(memcpy::JUDGED_AT)
-    );
-    judged
+    bounds
+        .into_iter()
+        .map(|b| (b, doubtful.contains(&b.copy.bytes)))
+        .collect()
 }
 
 /// The flags every implementation takes, as plain byte counts.
