@@ -5,6 +5,8 @@
 //   learns that a parameter's .grad is final while backward still runs.
 // * Op counter: a thread-local RecordFunction callback counting dispatched ops
 //   and executed autograd nodes, the CPU proxy for a step's launch count.
+// * add_(other, alpha): one fused kernel for the optimizer's `a += alpha * b`
+//   (tch 0.24's add has no alpha).
 //
 // A plain C interface (no cxx bridge: its proc-macro and build crates would
 // change the build graph's features and rebuild torch-sys). No exception
@@ -126,6 +128,22 @@ void* ringside_ready_hooks(const void* const* tensors, size_t n, ReadyFn fn, voi
     write_error("unknown C++ exception", err, err_len);
   }
   return nullptr;
+}
+
+// a.add_(b, alpha) outside autograd, as torch.optim.SGD does it: one kernel
+// (a fused multiply-add on AVX2/AVX-512 CPUs and on CUDA), PyTorch's own
+// rounding. Returns 0, or -1 with `err` filled.
+int ringside_add_scaled_(void* a, const void* b, double alpha, char* err, size_t err_len) {
+  try {
+    at::NoGradGuard no_grad;
+    static_cast<at::Tensor*>(a)->add_(*static_cast<const at::Tensor*>(b), alpha);
+    return 0;
+  } catch (const std::exception& e) {
+    write_error(e.what(), err, err_len);
+  } catch (...) {
+    write_error("unknown C++ exception", err, err_len);
+  }
+  return -1;
 }
 
 // Removes the hooks; no call of theirs follows.

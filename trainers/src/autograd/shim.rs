@@ -1,6 +1,7 @@
-//! The C interface of `shim.cc`: libtorch's autograd hooks and its
-//! RecordFunction callbacks, which tch 0.24 does not bind. Only
-//! [`super::hooks`] and [`super::ops`] use it; they give the safe interfaces.
+//! The C interface of `shim.cc`: libtorch's autograd hooks, its
+//! RecordFunction callbacks and `add_` with `alpha`, which tch 0.24 does not
+//! bind. Only [`super::hooks`], [`super::ops`] and [`super::add_scaled_`] use
+//! it; they give the safe interfaces.
 
 use std::ffi::{CStr, c_char, c_void};
 
@@ -21,6 +22,13 @@ unsafe extern "C" {
     pub(super) fn ringside_op_counter_ops(c: *const c_void) -> u64;
     pub(super) fn ringside_op_counter_nodes(c: *const c_void) -> u64;
     pub(super) fn ringside_op_counter_free(c: *mut c_void);
+    pub(super) fn ringside_add_scaled_(
+        a: *mut c_void,
+        b: *const c_void,
+        alpha: f64,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> i32;
 }
 
 /// Room for the C++ side's error message.
