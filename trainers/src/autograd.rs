@@ -29,7 +29,9 @@ pub fn add_scaled_(a: &mut Tensor, b: &Tensor, alpha: f64) -> Result<()> {
         )
     };
     if rc != 0 {
-        return Err(crate::Error::Torch(tch::TchError::Torch(shim::message(&err))));
+        return Err(crate::Error::Torch(tch::TchError::Torch(shim::message(
+            &err,
+        ))));
     }
     Ok(())
 }
