@@ -173,26 +173,24 @@ impl Routes {
 
     /// Adds the time one exchange of `class` took to its call's sample.
     pub(super) fn record(&mut self, class: Class, took: Duration) {
-        if let Some(call) = self
-            .classes
-            .iter_mut()
-            .find(|l| l.class == class)
-            .and_then(|l| l.current.as_mut())
-        {
+        if let Some(call) = self.call_of(class) {
             call.took += took;
         }
     }
 
     /// An exchange of `class` failed: its call is no sample.
     pub(super) fn discard(&mut self, class: Class) {
-        if let Some(call) = self
-            .classes
+        if let Some(call) = self.call_of(class) {
+            call.route.timed = false;
+        }
+    }
+
+    /// The call of `class` in progress.
+    fn call_of(&mut self, class: Class) -> Option<&mut Call> {
+        self.classes
             .iter_mut()
             .find(|l| l.class == class)
             .and_then(|l| l.current.as_mut())
-        {
-            call.route.timed = false;
-        }
     }
 
     /// What each decided class chose, for `Debug` and tests: (bit length of
