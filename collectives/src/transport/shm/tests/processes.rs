@@ -380,11 +380,13 @@ fn futex_wakes_a_sleeping_peer_process_promptly() {
     assert!(child.wait().unwrap().success());
     // Without a cross-process wake every round would last until the
     // child's 50 ms sleep slice ran out (~45 ms); the median shrugs off
-    // a busy machine's scheduling hiccups.
+    // a busy machine's scheduling hiccups. 25 ms, not 15: under a load
+    // average of 8 (four builds beside the suite) the median once reached
+    // 15 ms with the wake working; it stays well below the ~45 ms without.
     trips.sort();
     let median = trips[trips.len() / 2];
     assert!(
-        median < Duration::from_millis(15),
+        median < Duration::from_millis(25),
         "median round trip {median:?}"
     );
 }
