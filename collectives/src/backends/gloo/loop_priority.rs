@@ -23,6 +23,14 @@
 //! under two busy loops (85–126 µs at 16 B–64 KiB, three runs each), so the
 //! idle measurement above still decides.
 //!
+//! Re-measured after the session fix (2026-11-26, Xeon VM): idle, 8 alternating
+//! runs of `bench --backend gloo -b 4 -e 1M` at each setting stalled 0 of 160
+//! medians at nice 5 and 0 of 160 at nice 0; under two busy loops, 6 alternating
+//! runs against torch's gloo gave nice 0 no gain (4 MiB: 1.72× torch's at nice 0,
+//! 1.44× at 5; 16 MiB: 1.36× and 1.31×). The loops stay at 5. The loop thread does
+//! the socket reads (about 1.9 ms of CPU per 4 MiB call, the caller 1.4 ms), so
+//! what large messages lack under load is CPU, not priority.
+//!
 //! Gloo does not hand out its threads, but a new thread inherits its
 //! creator's nice value: Gloo's devices are made on a short-lived thread
 //! that runs nicer ([`connect_nicer`]), so exactly the threads Gloo starts
