@@ -144,8 +144,18 @@ impl Baseline {
             let out = step.forward_backward(&mut model, &batch, &mut clock)?;
             step.optimizer_step(&mut opt, &mut clock)?;
             clock.end_step();
-            losses.push(out.loss.f_double_value(&[]).map_err(crate::Error::from)?);
+            // Kept on the device: reading each loss back would make every step
+            // wait for the device to finish (a host sync per step on a GPU).
+            losses.push(out.loss.f_detach().map_err(crate::Error::from)?);
         }
+        let losses: Vec<f64> = if losses.is_empty() {
+            Vec::new()
+        } else {
+            tch::Tensor::f_stack(&losses, 0)
+                .and_then(|t| t.f_to_kind(tch::Kind::Double))
+                .and_then(Vec::<f64>::try_from)
+                .map_err(crate::Error::from)?
+        };
         let timed = self.steps.saturating_sub(self.warmup);
         let secs = timed_from.elapsed().as_secs_f64();
         let samples_per_s = if timed > 0 && secs > 0.0 {
