@@ -311,25 +311,18 @@ pub(crate) fn x_ticks(
 ) -> Vec<Tick> {
     let lh = line_h(LABEL_PX);
     let ticks_of = |values: &[f64]| -> Vec<Tick> {
-        values
-            .iter()
-            .filter(|v| v.is_finite())
-            .map(|&value| {
-                let label = fmt(value);
-                let (x, half) = (px(value), text_width(&label, LABEL_PX) / 2 + 1);
-                Tick {
-                    value,
-                    label,
-                    rect: Rect {
-                        left: x - half,
-                        top: layout.x_labels_top,
-                        right: x + half,
-                        bottom: layout.x_labels_top + lh,
-                    },
-                }
-            })
-            .filter(|t| t.rect.left >= 0 && t.rect.right <= layout.size.0)
-            .collect()
+        labelled(values, &fmt, |value, label| {
+            let (x, half) = (px(value), text_width(label, LABEL_PX) / 2 + 1);
+            Rect {
+                left: x - half,
+                top: layout.x_labels_top,
+                right: x + half,
+                bottom: layout.x_labels_top + lh,
+            }
+        })
+        .into_iter()
+        .filter(|t| t.rect.left >= 0 && t.rect.right <= layout.size.0)
+        .collect()
     };
     first_fitting(
         candidates,
@@ -348,24 +341,15 @@ pub(crate) fn y_ticks(
 ) -> Vec<Tick> {
     let lh = line_h(LABEL_PX);
     let ticks_of = |values: &[f64]| -> Vec<Tick> {
-        values
-            .iter()
-            .filter(|v| v.is_finite())
-            .map(|&value| {
-                let label = fmt(value);
-                let y = px(value);
-                Tick {
-                    rect: Rect {
-                        left: layout.plot.left - 10 - text_width(&label, LABEL_PX),
-                        top: y - lh / 2,
-                        right: layout.plot.left - 10,
-                        bottom: y + lh / 2,
-                    },
-                    value,
-                    label,
-                }
-            })
-            .collect()
+        labelled(values, &fmt, |value, label| {
+            let y = px(value);
+            Rect {
+                left: layout.plot.left - 10 - text_width(label, LABEL_PX),
+                top: y - lh / 2,
+                right: layout.plot.left - 10,
+                bottom: y + lh / 2,
+            }
+        })
     };
     first_fitting(
         candidates,
@@ -373,6 +357,27 @@ pub(crate) fn y_ticks(
         |t| t.rect.top,
         |a, b| a.rect.bottom + 2 <= b.rect.top,
     )
+}
+
+/// The finite `values` as ticks: each labelled by `fmt`, its label's box
+/// placed by `rect_of(value, label)`.
+fn labelled(
+    values: &[f64],
+    fmt: impl Fn(f64) -> String,
+    rect_of: impl Fn(f64, &str) -> Rect,
+) -> Vec<Tick> {
+    values
+        .iter()
+        .filter(|v| v.is_finite())
+        .map(|&value| {
+            let label = fmt(value);
+            Tick {
+                rect: rect_of(value, &label),
+                value,
+                label,
+            }
+        })
+        .collect()
 }
 
 /// The first of `candidates` whose ticks, in the order of `key`, are each
