@@ -248,7 +248,7 @@ pub fn check(f: Assign) -> Result<String, LabError> {
         }
     }
     Ok(format!(
-        "your buckets are PyTorch's on {} models: the CNN with 64 KiB buckets ({:?}) and \
+        "the buckets are PyTorch's on {} models: the CNN with 64 KiB buckets ({:?}) and \
          with the defaults (one bucket), limits met exactly, a crossing parameter, two \
          kinds interleaved",
         cases.len(),
