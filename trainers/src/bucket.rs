@@ -27,6 +27,7 @@ pub const DEFAULT_BUCKET_CAP_BYTES: usize = 25 * 1024 * 1024;
 /// PyTorch DDP's `_DEFAULT_FIRST_BUCKET_BYTES`: 1 MiB.
 pub const DEFAULT_FIRST_BUCKET_BYTES: usize = 1024 * 1024;
 
+// ANCHOR: assign
 /// Groups parameters into buckets.
 ///
 /// `params[i]` is parameter `i`'s size in bytes and its key (dtype and device:
@@ -97,6 +98,7 @@ pub fn assign<K: PartialEq + Clone>(
     );
     Ok(done)
 }
+// ANCHOR_END: assign
 
 /// `n-1, …, 1, 0`: the order gradients become ready in, when layers run in the
 /// order their parameters were registered.

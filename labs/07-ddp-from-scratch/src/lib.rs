@@ -2,7 +2,13 @@
 //! trainers' seam [`GradSync`] in three steps; trainers' [`Ddp`] runs it. Each
 //! step is checked with trainers' own pieces ([`Standard`]) standing in for the
 //! later steps ([`Upto`]); the solution is [`Standard`] itself.
+//!
+//! The optional stretch goal, the bucket assignment, is the learner's
+//! `src/stretch.rs`, compiled only by its own check `tests/stretch.rs`;
+//! [`buckets`] judges it against PyTorch's rule worked by hand, and its
+//! solution is trainers' own [`trainers::bucket::assign`], which [`Ddp`](trainers::ddp::Ddp) calls.
 
+pub mod buckets;
 pub mod diagnose;
 pub mod exercise;
 

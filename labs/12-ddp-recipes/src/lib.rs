@@ -3,8 +3,15 @@
 //! [`Moments`]; the solution is trainers' [`SyncMoments`]), saving on rank 0
 //! and loading on every rank, and inference of the DDP-trained model on one
 //! device against the distributed evaluation.
+//!
+//! The optional stretch goal, SyncBatchNorm's running statistics, is the
+//! learner's `src/stretch.rs`, compiled only by its own check
+//! `tests/stretch.rs`; [`running`] judges it against libtorch's own
+//! BatchNorm, and its solution is trainers' own
+//! [`trainers::sync_bn::update_running`], which [`BnMlp`] calls.
 
 pub mod exercise;
+pub mod running;
 
 pub use labkit_torch::{fashion_mnist, lab_error};
 use std::sync::Arc;

@@ -7,8 +7,16 @@
 //! model against the unsplit one and measures it against data parallelism at
 //! the same model size: parameters and activations per rank, bytes all-reduced
 //! per step, step time.
+//!
+//! The optional stretch goal, the column-parallel layer with its output
+//! gathered, is the learner's `src/stretch.rs`, compiled only by its own check
+//! `tests/stretch.rs`; [`column`] judges it against the unsplit layer, and its
+//! solution is [`solution::column_forward`] (trainers' model never gathers a
+//! column-parallel output: [`solution`] says why).
 
+pub mod column;
 pub mod exercise;
+pub mod solution;
 
 pub use labkit_torch::{fashion_mnist, lab_error};
 use std::sync::Arc;

@@ -34,6 +34,41 @@ use crate::{Error, Result};
 const MOMENTUM: f64 = 0.1;
 const EPS: f64 = 1e-5;
 
+// ANCHOR: update_running
+/// Moves the running statistics (`running_mean`, `running_var`, updated in
+/// place) towards a batch's `mean` and biased `var` over `n` rows (the whole
+/// batch: every rank's rows), as PyTorch's BatchNorm does:
+/// `running ← (1 − momentum)·running + momentum·batch`, momentum 0.1, with the
+/// batch's *unbiased* variance `var · n/(n − 1)`. Outside autograd: `mean` and
+/// `var` carry the graph, and a buffer must not.
+pub fn update_running(
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    mean: &Tensor,
+    var: &Tensor,
+    n: f64,
+) -> Result<()> {
+    if n < 2.0 {
+        return Err(Error::InvalidArgument(format!(
+            "an unbiased variance needs more than one row (got {n})"
+        )));
+    }
+    tch::no_grad(|| -> Result<()> {
+        let m = mean.f_detach()?;
+        let v = var.f_detach()?.f_mul_scalar(n / (n - 1.0))?;
+        running_mean
+            .f_mul_scalar(1.0 - MOMENTUM)?
+            .f_add(&m.f_mul_scalar(MOMENTUM)?)?
+            .f_copy_into(running_mean)?;
+        running_var
+            .f_mul_scalar(1.0 - MOMENTUM)?
+            .f_add(&v.f_mul_scalar(MOMENTUM)?)?
+            .f_copy_into(running_var)?;
+        Ok(())
+    })
+}
+// ANCHOR_END: update_running
+
 /// Sums a tensor over the ranks inside autograd: the forward is an
 /// all-reduce, and the backward of the result is an all-reduce of its
 /// gradient (done by [`BnMlp::backward`]).
@@ -249,20 +284,7 @@ impl BnMlp {
                                 "batch norm needs more than one row in all (got {n})"
                             )));
                         }
-                        tch::no_grad(|| -> Result<()> {
-                            // PyTorch: the running variance is the unbiased one.
-                            let m = mean.f_detach()?;
-                            let v = var.f_detach()?.f_mul_scalar(n / (n - 1.0))?;
-                            let rm = bn.running_mean.shallow_clone();
-                            let rv = bn.running_var.shallow_clone();
-                            rm.f_mul_scalar(1.0 - MOMENTUM)?
-                                .f_add(&m.f_mul_scalar(MOMENTUM)?)?
-                                .f_copy_into(&rm)?;
-                            rv.f_mul_scalar(1.0 - MOMENTUM)?
-                                .f_add(&v.f_mul_scalar(MOMENTUM)?)?
-                                .f_copy_into(&rv)?;
-                            Ok(())
-                        })?;
+                        update_running(&bn.running_mean, &bn.running_var, &mean, &var, n)?;
                         let y = leaf
                             .f_sub(&mean)?
                             .f_div(&var.f_add_scalar(EPS)?.f_sqrt()?)?
