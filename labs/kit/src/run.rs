@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use measure::{Record, ResultsWriter, RunFolder, manifest};
 
-use crate::LabError;
+use crate::{LabError, Variant};
 
 /// A lab run's results folder and results file (kept by rank 0).
 pub struct Run {
@@ -64,8 +64,34 @@ impl Run {
 
     /// Draws the charts of everything pushed into the run's folder, moves the
     /// complete folder into place and returns where it is. On failure nothing
-    /// of the run is left.
+    /// of the run is left. In a run of the reference solution
+    /// ([`Variant::from_env`]) what the lab calls "your …" is named as the
+    /// solution's ([`Run::finish_as`]).
     pub fn finish(self) -> Result<PathBuf, LabError> {
+        self.finish_as(Variant::from_env())
+    }
+
+    /// [`Run::finish`] for a run of `variant`. A solution run's labels,
+    /// series, categories and titles never say "your": the labs name what the
+    /// learner wrote "your ring", "your step 1", and a chart of the solution
+    /// saying so (issue 24 saw "your ring" in a `--solution` run's legend)
+    /// reads as the learner's own.
+    pub fn finish_as(mut self, variant: Variant) -> Result<PathBuf, LabError> {
+        if variant == Variant::Solution {
+            for r in &mut self.writer.records {
+                r.label = solutions(&r.label);
+            }
+            for f in &mut self.writer.figures {
+                f.title = solutions(&f.title);
+                for c in &mut f.categories {
+                    *c = solutions(c);
+                }
+                for s in &mut f.series {
+                    s.name = solutions(&s.name);
+                }
+            }
+            self.writer.write()?;
+        }
         let dir = self.folder.dir();
         let results = dir.join("results.json");
         let mut opts = reports::ReportOptions::new(dir);
@@ -88,6 +114,27 @@ impl Run {
         }
         Ok(self.folder.finish()?)
     }
+}
+
+/// `label` with each "your" (a word, any case at its start) as "solution's".
+fn solutions(label: &str) -> String {
+    let mut out = String::with_capacity(label.len() + 8);
+    let mut rest = label;
+    while let Some(at) = rest.to_ascii_lowercase().find("your") {
+        let word_start = at == 0 || !rest.as_bytes()[at - 1].is_ascii_alphanumeric();
+        let after = rest.as_bytes().get(at + 4);
+        let word_end = after.is_none_or(|b| !b.is_ascii_alphanumeric());
+        out.push_str(&rest[..at]);
+        if word_start && word_end {
+            let capital = rest.as_bytes()[at].is_ascii_uppercase();
+            out.push_str(if capital { "Solution's" } else { "solution's" });
+        } else {
+            out.push_str(&rest[at..at + 4]);
+        }
+        rest = &rest[at + 4..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Where lab runs go ([`measure::results_root`]): the workspace's when the

@@ -191,3 +191,36 @@ fn run_in_a_mount_namespace() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("1 passed"), "the test did not run: {text}");
 }
+
+#[test]
+fn words_your_become_the_solutions_and_nothing_else_changes() {
+    assert_eq!(solutions("your ring"), "solution's ring");
+    assert_eq!(
+        solutions("your step 1: one all_reduce per parameter"),
+        "solution's step 1: one all_reduce per parameter"
+    );
+    assert_eq!(solutions("Your ring, α–β fit"), "Solution's ring, α–β fit");
+    assert_eq!(
+        solutions("times of your ring and yours"),
+        "times of solution's ring and yours"
+    );
+    assert_eq!(solutions("tree"), "tree");
+}
+
+/// Named after what the issue saw: a `--solution` run's legend said "your
+/// ring", and the book showed it as if the learner's.
+#[test]
+fn a_solution_runs_legend_said_your_ring() {
+    let root = tempfile::tempdir().unwrap();
+    let mut run = Run::start_in(root.path(), 7, 2, "shm").unwrap();
+    let fig = measure::Figure::lines("t", "your steps", "x", "y").with(
+        measure::FigureSeries::measured("your step 1", vec![[1.0, 2.0], [2.0, 3.0]]),
+    );
+    run.figure(fig).unwrap();
+    let dir = run.finish_as(Variant::Solution).unwrap();
+    let text = std::fs::read_to_string(dir.join("results.json")).unwrap();
+    assert!(text.contains("solution's step 1"), "{text}");
+    assert!(!text.contains("your step"), "{text}");
+    let svg = std::fs::read_to_string(dir.join("t.svg")).unwrap();
+    assert!(!svg.contains("your step"));
+}
