@@ -19,7 +19,7 @@ use collectives::backends;
 use collectives::bench::{self, Case, Combine, Measurement, Settings};
 use collectives::job::{self, ConnectArgs, SpawnArgs};
 use collectives::{Backend, Collective, conformance};
-use lab06_collectives_from_scratch::{algorithms, ring_label};
+use lab06_collectives_from_scratch::{RING_LABEL, algorithms};
 use labkit::{Run, Variant};
 use measure::{Figure, FigureSeries, Record};
 use reports::{AllReduceAlgorithm, AlphaBeta, Fit, fit_alpha_beta};
@@ -108,7 +108,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         let case = Case::f32_sum(Collective::AllReduce, bytes as usize);
         comm.plug(Some(mine.clone()));
         push(
-            ring_label(variant),
+            RING_LABEL,
             "reference",
             "plugged",
             bench::run(&comm, &case, &settings(bytes))?,
@@ -178,7 +178,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     if let Some(mut run) = run {
         let memcpy = labkit::limits::memcpy_gbps(if args.quick { 8 << 20 } else { 64 << 20 });
         let records = run.records().to_vec();
-        summarize(&mut run, &records, variant, world, memcpy)?;
+        summarize(&mut run, &records, world, memcpy)?;
         let dir = run.finish()?;
         println!(
             "\nCharts in {}: latency-all_reduce.svg (every algorithm against message size), \
@@ -211,14 +211,8 @@ fn curve(records: &[Record], label: &str) -> Vec<(f64, f64)> {
 
 /// The figures and the lines a learner reads: your ring against the reference
 /// ring, the α–β fits and their crossover, the prediction at scale, busbw.
-fn summarize(
-    run: &mut Run,
-    records: &[Record],
-    variant: Variant,
-    world: usize,
-    memcpy: f64,
-) -> anyhow::Result<()> {
-    let yours = curve(records, ring_label(variant));
+fn summarize(run: &mut Run, records: &[Record], world: usize, memcpy: f64) -> anyhow::Result<()> {
+    let yours = curve(records, RING_LABEL);
     let reference = curve(records, "reference ring");
     let tree = curve(records, "tree");
     println!("\n    size   your ring / reference ring (median time; 1.0 = as fast)");
@@ -256,7 +250,7 @@ fn summarize(
     }
     if let Some(last) = records
         .iter()
-        .filter(|r| r.label == ring_label(variant) && r.collective == Collective::AllReduce)
+        .filter(|r| r.label == RING_LABEL && r.collective == Collective::AllReduce)
         .max_by_key(|r| r.bytes)
     {
         println!(

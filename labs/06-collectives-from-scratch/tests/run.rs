@@ -16,11 +16,11 @@ fn quick_run_with_the_solution_times_every_algorithm_and_draws() {
     );
     let labels = run.labels();
     for want in [
-        "your ring (the solution)",
+        "solution's ring",
         "reference ring",
         "recursive doubling",
         "tree",
-        "your tree broadcast",
+        "solution's tree broadcast",
         "reference tree broadcast",
         "gloo",
     ] {
