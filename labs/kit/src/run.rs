@@ -72,7 +72,7 @@ impl Run {
     }
 
     /// [`Run::finish`] for a run of `variant`. A solution run's labels,
-    /// series, categories and titles never say "your": the labs name what the
+    /// series, categories and titles never say "your" or "yours": the labs name what the
     /// learner wrote "your ring", "your step 1", and a chart of the solution
     /// saying so (issue 24 saw "your ring" in a `--solution` run's legend)
     /// reads as the learner's own.
@@ -116,22 +116,34 @@ impl Run {
     }
 }
 
-/// `label` with each "your" (a word, any case at its start) as "solution's".
+/// `label` with each word "your" as "solution's" and "yours" as "the
+/// solution's" (a capital kept at the start).
 fn solutions(label: &str) -> String {
     let mut out = String::with_capacity(label.len() + 8);
     let mut rest = label;
     while let Some(at) = rest.to_ascii_lowercase().find("your") {
-        let word_start = at == 0 || !rest.as_bytes()[at - 1].is_ascii_alphanumeric();
-        let after = rest.as_bytes().get(at + 4);
-        let word_end = after.is_none_or(|b| !b.is_ascii_alphanumeric());
+        let bytes = rest.as_bytes();
+        let word_start = at == 0 || !bytes[at - 1].is_ascii_alphanumeric();
+        let plural = bytes
+            .get(at + 4)
+            .is_some_and(|b| b.eq_ignore_ascii_case(&b's'));
+        let len = if plural { 5 } else { 4 };
+        let word_end = bytes
+            .get(at + len)
+            .is_none_or(|b| !b.is_ascii_alphanumeric());
         out.push_str(&rest[..at]);
         if word_start && word_end {
-            let capital = rest.as_bytes()[at].is_ascii_uppercase();
-            out.push_str(if capital { "Solution's" } else { "solution's" });
+            let capital = bytes[at].is_ascii_uppercase();
+            out.push_str(match (plural, capital) {
+                (false, false) => "solution's",
+                (false, true) => "Solution's",
+                (true, false) => "the solution's",
+                (true, true) => "The solution's",
+            });
         } else {
-            out.push_str(&rest[at..at + 4]);
+            out.push_str(&rest[at..at + len]);
         }
-        rest = &rest[at + 4..];
+        rest = &rest[at + len..];
     }
     out.push_str(rest);
     out

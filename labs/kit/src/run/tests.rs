@@ -202,8 +202,10 @@ fn words_your_become_the_solutions_and_nothing_else_changes() {
     assert_eq!(solutions("Your ring, α–β fit"), "Solution's ring, α–β fit");
     assert_eq!(
         solutions("times of your ring and yours"),
-        "times of solution's ring and yours"
+        "times of solution's ring and the solution's"
     );
+    assert_eq!(solutions("SyncBN (yours)"), "SyncBN (the solution's)");
+    assert_eq!(solutions("yourself, yourn"), "yourself, yourn");
     assert_eq!(solutions("tree"), "tree");
 }
 
