@@ -5,8 +5,15 @@
 //! all-reduced as f32, fp16 or bf16. The learner writes the compression hook
 //! ([`exercise::YourCompression`], a [`GradSync`] that trainers' `Ddp` runs);
 //! the solution is trainers' own [`Compressed`].
+//!
+//! The optional stretch goal, the linear-scaling rule with its warm-up, is the
+//! learner's `src/stretch.rs`, compiled only by its own check
+//! `tests/stretch.rs`; [`schedule`] judges it, and its solution
+//! ([`solution::lr_at`]) is [`trainers::lr`]'s schedule.
 
 pub mod exercise;
+pub mod schedule;
+pub mod solution;
 
 pub use labkit_torch::{fashion_mnist, lab_error};
 use std::sync::Arc;
