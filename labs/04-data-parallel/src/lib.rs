@@ -3,11 +3,18 @@
 //! through its seam, [`trainers::data_parallel::Pieces`], whose [`Standard`]
 //! implementation is the reference solution. The self-check is trainers' own equivalence check
 //! ([`trainers::data_parallel::check::equivalence`]) on Fashion-MNIST.
+//!
+//! The optional stretch goal, gradient accumulation over micro-batches, is
+//! the learner's `src/stretch.rs`, compiled only by its own check
+//! `tests/stretch.rs`; [`accumulate`] judges it against the whole-batch step,
+//! and [`solution::accumulated_step`] is its solution.
 
 #![deny(missing_docs)]
 
+pub mod accumulate;
 pub mod diagnose;
 pub mod exercise;
+pub mod solution;
 
 pub use labkit_torch::{fashion_mnist_in as fashion_mnist, lab_error};
 
