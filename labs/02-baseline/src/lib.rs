@@ -3,9 +3,16 @@
 //! into `trainers`' real loop ([`trainers::train::baseline`]), timed phase by
 //! phase; the reference solution is the step every trainer of `trainers` runs,
 //! [`SgdStep`].
+//!
+//! The optional stretch goal, evaluating a model in eval mode and in batches,
+//! is the learner's `src/stretch.rs`, compiled only by its own check
+//! `tests/stretch.rs`; [`evaluation`] judges it, and
+//! [`solution::evaluate`] is its solution.
 
 pub mod diagnose;
+pub mod evaluation;
 pub mod exercise;
+pub mod solution;
 
 use std::path::Path;
 
