@@ -10,6 +10,7 @@
 #[cfg(test)]
 mod tests;
 
+use labkit::named;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -72,11 +73,6 @@ fn run(f: TimeCollective) -> Result<Vec<(f64, usize)>, LabError> {
         },
     )?;
     out.into_iter().collect()
-}
-
-/// `message` with the `hint: <key>` line `cargo lab check` reads.
-fn named(message: String, key: &str) -> String {
-    format!("{message}\nhint: {key}")
 }
 
 /// Whether `ms` is `want` ms, allowing for a sleep that wakes late: sleeps

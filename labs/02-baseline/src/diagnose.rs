@@ -13,7 +13,7 @@ use trainers::train::step::{Batch, TrainStep};
 
 /// An explanation and its `hint: <key>` line.
 fn named(what: String, key: &str) -> Option<String> {
-    Some(format!("\n{what}\nhint: {key}"))
+    Some(format!("\n{}", labkit::named(what, key)))
 }
 
 /// Every number of `ts`, in order.

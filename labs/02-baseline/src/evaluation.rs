@@ -11,6 +11,7 @@
 mod tests;
 
 use labkit::LabError;
+use labkit::named;
 use labkit_torch::lab_error;
 use tch::nn::{self, ModuleT};
 use tch::{Device, Kind, Reduction, Tensor};
@@ -139,11 +140,6 @@ fn moved(vs: &nn::VarStore, before: &[(String, Tensor)]) -> Result<f64> {
         }
     }
     Ok(max)
-}
-
-/// `message` with the `hint: <key>` line `cargo lab check` reads.
-fn named(message: String, key: &str) -> String {
-    format!("{message}\nhint: {key}")
 }
 
 /// The stretch goal's check (see the module docs). Returns what passed.

@@ -8,7 +8,7 @@ use trainers::hogwild::{Pieces, Reference};
 
 /// An explanation and its `hint: <key>` line.
 fn named(what: String, key: &str) -> Option<String> {
-    Some(format!("\n{what}\nhint: {key}"))
+    Some(format!("\n{}", labkit::named(what, key)))
 }
 
 /// A tensor's numbers.

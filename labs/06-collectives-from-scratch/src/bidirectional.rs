@@ -9,6 +9,7 @@
 //! under the transport records the bytes each rank sends to each neighbour.
 //! Then the conformance suite on 2 to 4 ranks.
 
+use labkit::named;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -160,11 +161,7 @@ fn probe(f: AllReduce) -> std::result::Result<Probed, String> {
         Ok(Ok(o)) => o,
         Ok(Err(e)) => return Err(e.to_string()),
         Err(panic) => {
-            return Err(panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "a rank panicked".into()));
+            return Err(labkit::panic_message(&*panic));
         }
     };
     let values = outcomes
@@ -197,11 +194,6 @@ fn copies(sum: f64, i: usize) -> String {
     } else {
         format!("{who}, not all of them of element {i}: some came from another block")
     }
-}
-
-/// `message` with the `hint: <key>` line `cargo lab check` reads.
-fn named(message: String, key: &str) -> String {
-    format!("{message}\nhint: {key}")
 }
 
 /// Names what is wrong with the probe's numbers, or nothing when every

@@ -9,6 +9,7 @@
 //! 1 + j in block j of its owner and [`UNSET`] elsewhere; the broadcast probe
 //! gives rank r the value r + 1.
 
+use labkit::named;
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -131,11 +132,7 @@ fn run(
     match ran {
         Ok(Ok(outcomes)) => Ok(outcomes),
         Ok(Err(e)) => Err(e.to_string()),
-        Err(panic) => Err(panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "a rank panicked".into())),
+        Err(panic) => Err(labkit::panic_message(&*panic)),
     }
 }
 
@@ -197,11 +194,6 @@ fn describe(copies: &[u64]) -> String {
     } else {
         format!("the copies of rank(s) {}", ranks.join(", "))
     }
-}
-
-/// An error message that names a mistake: what happened, then `hint: key`.
-fn named(what: String, key: &str) -> String {
-    format!("{what}\nhint: {key}")
 }
 
 /// A probe error, named: an overlap from `split_pair`, a wait that never ended.

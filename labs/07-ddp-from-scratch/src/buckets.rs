@@ -10,6 +10,7 @@
 #[cfg(test)]
 mod tests;
 
+use labkit::named;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use labkit::LabError;
@@ -160,11 +161,6 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-/// `message` with the `hint: <key>` line `cargo lab check` reads.
-fn named(message: String, key: &str) -> String {
-    format!("{message}\nhint: {key}")
-}
-
 /// Names what is wrong with `got` for `case`, or nothing.
 fn judge(case: &Case, got: &[Vec<usize>]) -> Option<String> {
     let head = format!(
@@ -235,11 +231,7 @@ pub fn check(f: Assign) -> Result<String, LabError> {
                 return Err(LabError::Wrong(format!(
                     "your assignment panicked on {}: {}",
                     case.what,
-                    panic
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                        .unwrap_or_default()
+                    labkit::panic_message(&*panic)
                 )));
             }
         };

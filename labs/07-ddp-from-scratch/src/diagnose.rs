@@ -35,7 +35,7 @@ fn values(t: &Tensor) -> trainers::Result<Vec<f64>> {
 
 /// An explanation and its `hint: <key>` line.
 fn named(what: String, key: &str) -> Option<String> {
-    Some(format!("\n{what}\nhint: {key}"))
+    Some(format!("\n{}", labkit::named(what, key)))
 }
 
 /// The all-reduce: rank r averages [r + 1; 3]; the mean is 1.5, the sum 3.

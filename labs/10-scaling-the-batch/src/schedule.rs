@@ -11,6 +11,7 @@
 mod tests;
 
 use labkit::LabError;
+use labkit::named;
 
 /// A schedule, as `stretch::lr_at`: (base rate, base batch, batch, warm-up
 /// steps, step) → rate (so a test can hand in mistaken ones).
@@ -58,11 +59,6 @@ fn round(x: f64) -> f64 {
     } else {
         x
     }
-}
-
-/// `message` with the `hint: <key>` line `cargo lab check` reads.
-fn named(message: String, key: &str) -> String {
-    format!("{message}\nhint: {key}")
 }
 
 /// Names what is wrong with the rates of steps 0 to [`LAST`] in the warm-up

@@ -9,6 +9,7 @@
 #[cfg(test)]
 mod tests;
 
+use labkit::named;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use labkit::LabError;
@@ -29,11 +30,6 @@ const ROWS: i64 = 8;
 /// Float rounding of two orders of the same few operations on numbers below
 /// 10 is ~1e-6; a biased variance is off by 1/(n − 1) of it, > 1e-2 here.
 const TOLERANCE: f32 = 1e-5;
-
-/// `message` with the `hint: <key>` line `cargo lab check` reads.
-fn named(message: String, key: &str) -> String {
-    format!("{message}\nhint: {key}")
-}
 
 fn values(t: &Tensor) -> Result<Vec<f32>, LabError> {
     Vec::<f32>::try_from(&t.f_detach().map_err(|e| lab_error(e.into()))?)
@@ -57,11 +53,7 @@ fn call(
         Ok(Err(e)) => Err(lab_error(e)),
         Err(panic) => Err(LabError::Wrong(format!(
             "your update panicked {when}: {}",
-            panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default()
+            labkit::panic_message(&*panic)
         ))),
     }
 }

@@ -9,6 +9,7 @@
 #[cfg(test)]
 mod tests;
 
+use labkit::named;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
@@ -82,20 +83,11 @@ fn run(f: Gather, world: usize) -> Result<Vec<Gathered>, LabError> {
         Err(panic) => {
             return Err(LabError::Wrong(format!(
                 "a rank panicked in your gather on {world} ranks: {}",
-                panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default()
+                labkit::panic_message(&*panic)
             )));
         }
     };
     outcomes.into_iter().map(|o| o.map_err(lab_error)).collect()
-}
-
-/// `message` with the `hint: <key>` line `cargo lab check` reads.
-fn named(message: String, key: &str) -> String {
-    format!("{message}\nhint: {key}")
 }
 
 /// Names what is wrong with rank `rank`'s gathered unit `unit` (`got`) against

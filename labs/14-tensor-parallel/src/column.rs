@@ -12,6 +12,7 @@
 #[cfg(test)]
 mod tests;
 
+use labkit::named;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
@@ -132,20 +133,11 @@ fn run(f: ColumnForward, world: usize) -> Result<Vec<Seen>, LabError> {
         Err(panic) => {
             return Err(LabError::Wrong(format!(
                 "a rank panicked in your column-parallel forward on {world} ranks: {}",
-                panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default()
+                labkit::panic_message(&*panic)
             )));
         }
     };
     outcomes.into_iter().map(|o| o.map_err(lab_error)).collect()
-}
-
-/// `message` with the `hint: <key>` line `cargo lab check` reads.
-fn named(message: String, key: &str) -> String {
-    format!("{message}\nhint: {key}")
 }
 
 /// The first index where `got` and `want` differ by more than the tolerance

@@ -50,6 +50,22 @@ impl fmt::Display for Variant {
     }
 }
 
+/// `message` followed by the `hint: <key>` line that `cargo lab check` reads
+/// to show the hint of that name from `labs/info.toml` (xtask's `hints.rs`).
+pub fn named(message: impl fmt::Display, key: &str) -> String {
+    format!("{message}\nhint: {key}")
+}
+
+/// The text of a panic payload caught from a learner's code ("a rank
+/// panicked" when it carries none).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_else(|| "a rank panicked".into())
+}
+
 /// A lab program's exit: success, or its error with the causes on one line of
 /// stderr after `prefix` (`"lab 2: "`; empty where the error already names the
 /// rank), and exit code 1.
