@@ -3,13 +3,14 @@
 //! memory), rendezvousing through an in-memory store. For tests, benchmarks and
 //! workshop steps that want several ranks without launching processes.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::backends::reference::ReferenceComm;
 use crate::backends::{self, Options};
 use crate::error::Result;
-use crate::flight::SharedStore;
+use crate::flight::{Flight, SharedStore};
+use crate::launch::hang_table::{HangRow, parse_row, table};
 use crate::rendezvous::MemStore;
 use crate::transport::TransportKind;
 
@@ -54,21 +55,46 @@ pub(crate) fn with_ranks_idle<T: Send>(
     opts.transport = kind;
     opts.timeout = timeout;
     opts.flight_store = Some(SharedStore(store.clone()));
-    std::thread::scope(|s| {
+    // Each rank's recorder, kept past its communicator: a launched job's
+    // launcher prints every rank's row when a call fails, and threads have
+    // no launcher, so this call prints the table itself.
+    let flights: Mutex<Vec<Option<Arc<Flight>>>> = Mutex::new(vec![None; world]);
+    let joined: Vec<std::thread::Result<Result<T>>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..world)
             .map(|rank| {
-                let (store, body, opts) = (store.clone(), &body, &opts);
+                let (store, body, opts, flights) = (store.clone(), &body, &opts, &flights);
                 s.spawn(move || {
                     let comm = backends::reference(store.as_ref(), rank, world, opts)?;
+                    if let Ok(mut f) = flights.lock() {
+                        f[rank] = comm.flight();
+                    }
                     Ok(body(rank, comm))
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
-    })
+        handles.into_iter().map(|h| h.join()).collect()
+    });
+    if let Some(table) = hang_table(&flights.into_inner().unwrap_or_default()) {
+        eprint!("{table}");
+    }
+    joined
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|p| std::panic::resume_unwind(p)))
+        .collect()
+}
+
+/// The launcher's hang table for thread ranks, when a call failed on any
+/// of them: each rank's row as it stood when its call failed.
+fn hang_table(flights: &[Option<Arc<Flight>>]) -> Option<String> {
+    let rows: Vec<(usize, Option<HangRow>)> = flights
+        .iter()
+        .enumerate()
+        .map(|(rank, f)| {
+            let row = f.as_ref().and_then(|f| f.failed_line());
+            (rank, row.as_deref().and_then(parse_row))
+        })
+        .collect();
+    table(&rows, |_| "no call of it failed")
 }
 
 #[cfg(test)]
@@ -95,6 +121,34 @@ mod tests {
         )
         .unwrap();
         assert_eq!(sums, vec![6.0; 3]);
+    }
+
+    /// Named after what lab 7's check lacked: thread ranks that deadlock
+    /// ended with one rank's error and no table of where every rank was.
+    #[test]
+    fn thread_ranks_that_deadlocked_left_no_table_of_every_rank() {
+        let flights: Mutex<Vec<Option<Arc<Flight>>>> = Mutex::new(vec![None, None]);
+        let out = with_ranks(
+            2,
+            TransportKind::Shm,
+            Duration::from_secs(2),
+            |rank, comm| {
+                flights.lock().unwrap()[rank] = comm.flight();
+                // Both receive first: each waits for a send the other never makes.
+                let mut buf = [0u8; 8];
+                let peer = 1 - rank;
+                comm.recv(&mut BufferMut::from_slice(&mut buf), peer)
+                    .map_err(|e| e.to_string())
+            },
+        )
+        .unwrap();
+        assert!(out.iter().all(Result::is_err), "{out:?}");
+        let table = hang_table(&flights.into_inner().unwrap()).expect("a table");
+        assert!(table.contains("where every rank was"), "{table}");
+        for rank in ["0", "1"] {
+            assert!(table.contains(&format!("  {rank:<5} none")), "{table}");
+        }
+        assert!(table.contains("waits to receive from rank"), "{table}");
     }
 
     /// A panic in one thread rank ended the check only after the others'

@@ -133,6 +133,11 @@ impl ReferenceComm {
         self.flight = Some(flight);
     }
 
+    /// The flight recorder, unless it is off.
+    pub(crate) fn flight(&self) -> Option<Arc<Flight>> {
+        self.flight.clone()
+    }
+
     /// The last calls this communicator made, oldest first (empty with the
     /// flight recorder off).
     pub fn flight_record(&self) -> Vec<Entry> {

@@ -275,6 +275,9 @@ pub struct Flight {
     closed: AtomicBool,
     /// The error that broke the communicator, for peers that wait on it.
     failed: Mutex<Option<String>>,
+    /// This rank's hang-table row as it stood when the call failed (before
+    /// `end` forgets the wait), for reports made after the ranks return.
+    failed_line: Mutex<Option<String>>,
     /// Set once the slow path has run for the current call, so that the
     /// fast path checks one relaxed flag rather than a lock.
     slow_used: AtomicBool,
@@ -308,6 +311,7 @@ impl Flight {
             completed_at: AtomicU64::new(now_ms()),
             closed: AtomicBool::new(false),
             failed: Mutex::new(None),
+            failed_line: Mutex::new(None),
             slow_used: AtomicBool::new(false),
             slow: Mutex::new(Slow::default()),
             board,
@@ -367,9 +371,18 @@ impl Flight {
         if let Ok(mut f) = self.failed.lock() {
             f.get_or_insert_with(|| error.to_owned());
         }
+        let line = self.line(current);
         if self.report_to_launcher {
-            eprintln!("{}", self.line(current));
+            eprintln!("{line}");
         }
+        if let Ok(mut l) = self.failed_line.lock() {
+            l.get_or_insert(line);
+        }
+    }
+
+    /// This rank's hang-table row from its first failed call, if one failed.
+    pub fn failed_line(&self) -> Option<String> {
+        self.failed_line.lock().ok().and_then(|l| l.clone())
     }
 
     /// This rank's row of the launcher's hang table (see [`LINE_MARK`]).

@@ -47,29 +47,37 @@ impl LaunchReport {
                 (r.rank, row)
             })
             .collect();
-        if rows.iter().all(|(_, r)| r.is_none()) {
-            return None;
-        }
-        let mut out = String::from("where every rank was (flight recorder):\n");
-        out.push_str(&format!(
-            "  {:<5} {:<16} {:<40} {}\n",
-            "rank", "last completed", "current call", "waits for"
-        ));
-        for (rank, row) in rows {
-            match row {
-                Some(r) => out.push_str(&format!(
-                    "  {:<5} {:<16} {:<40} {}\n",
-                    rank, r.last, r.current, r.waits
-                )),
-                None => {
-                    let how = match self.ranks.iter().find(|o| o.rank == rank) {
-                        Some(o) if o.stopped.is_some() => "still running when stopped",
-                        _ => "left no record",
-                    };
-                    out.push_str(&format!("  {rank:<5} {how}\n"));
-                }
+        table(&rows, |rank| {
+            match self.ranks.iter().find(|o| o.rank == rank) {
+                Some(o) if o.stopped.is_some() => "still running when stopped",
+                _ => "left no record",
             }
-        }
-        Some(out)
+        })
     }
+}
+
+/// The table of `rows`, when at least one rank has a row; `missing(rank)`
+/// says what became of a rank without one.
+pub(crate) fn table(
+    rows: &[(usize, Option<HangRow>)],
+    missing: impl Fn(usize) -> &'static str,
+) -> Option<String> {
+    if rows.iter().all(|(_, r)| r.is_none()) {
+        return None;
+    }
+    let mut out = String::from("where every rank was (flight recorder):\n");
+    out.push_str(&format!(
+        "  {:<5} {:<16} {:<40} {}\n",
+        "rank", "last completed", "current call", "waits for"
+    ));
+    for (rank, row) in rows {
+        match row {
+            Some(r) => out.push_str(&format!(
+                "  {:<5} {:<16} {:<40} {}\n",
+                rank, r.last, r.current, r.waits
+            )),
+            None => out.push_str(&format!("  {rank:<5} {}\n", missing(*rank))),
+        }
+    }
+    Some(out)
 }

@@ -46,7 +46,7 @@ mod blame;
 pub mod capacity;
 mod exit;
 mod group;
-mod hang_table;
+pub(crate) mod hang_table;
 mod init;
 mod interrupt;
 mod load;
