@@ -84,17 +84,24 @@ pub(crate) fn with_ranks_idle<T: Send>(
 }
 
 /// The launcher's hang table for thread ranks, when a call failed on any
-/// of them: each rank's row as it stood when its call failed.
+/// of them: each rank's row as it stood when its call failed, or, for a rank
+/// none of whose calls failed, as it stands now (e.g. the last call it
+/// completed before it closed its communicator, and no current call).
 fn hang_table(flights: &[Option<Arc<Flight>>]) -> Option<String> {
+    if !flights.iter().flatten().any(|f| f.failed_line().is_some()) {
+        return None;
+    }
     let rows: Vec<(usize, Option<HangRow>)> = flights
         .iter()
         .enumerate()
         .map(|(rank, f)| {
-            let row = f.as_ref().and_then(|f| f.failed_line());
+            let row = f
+                .as_ref()
+                .map(|f| f.failed_line().unwrap_or_else(|| f.line(None)));
             (rank, row.as_deref().and_then(parse_row))
         })
         .collect();
-    table(&rows, |_| "no call of it failed")
+    table(&rows, |_| "without a flight recorder")
 }
 
 #[cfg(test)]
@@ -149,6 +156,41 @@ mod tests {
             assert!(table.contains(&format!("  {rank:<5} none")), "{table}");
         }
         assert!(table.contains("waits to receive from rank"), "{table}");
+    }
+
+    /// A rank that made no failing call (it left after a broadcast the other
+    /// rank followed with an all_reduce) still has its row: its last call.
+    #[test]
+    fn a_rank_that_left_shows_its_last_call_in_the_table() {
+        let flights: Mutex<Vec<Option<Arc<Flight>>>> = Mutex::new(vec![None, None]);
+        let out = with_ranks(
+            2,
+            TransportKind::Shm,
+            Duration::from_secs(2),
+            |rank, comm| {
+                flights.lock().unwrap()[rank] = comm.flight();
+                let mut x = [1.0f32; 4];
+                comm.broadcast(Input::InPlace, &mut BufferMut::from_slice(&mut x), 0)
+                    .map_err(|e| e.to_string())?;
+                if rank == 0 {
+                    comm.all_reduce(
+                        Input::InPlace,
+                        &mut BufferMut::from_slice(&mut x),
+                        ReduceOp::Sum,
+                    )
+                    .map_err(|e| e.to_string())?;
+                }
+                Ok::<(), String>(())
+            },
+        )
+        .unwrap();
+        assert!(out[0].is_err() && out[1].is_ok(), "{out:?}");
+        let table = hang_table(&flights.into_inner().unwrap()).expect("a table");
+        assert!(
+            table.contains("  0     broadcast#1      all_reduce#2"),
+            "{table}"
+        );
+        assert!(table.contains("  1     broadcast#1      -"), "{table}");
     }
 
     /// A panic in one thread rank ended the check only after the others'
