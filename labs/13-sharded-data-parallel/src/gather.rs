@@ -77,17 +77,7 @@ fn run(f: Gather, world: usize) -> Result<Vec<Gathered>, LabError> {
             },
         )
     }));
-    let outcomes = match ran {
-        Ok(Ok(o)) => o,
-        Ok(Err(e)) => return Err(LabError::Collective(e)),
-        Err(panic) => {
-            return Err(LabError::Wrong(format!(
-                "a rank panicked in your gather on {world} ranks: {}",
-                labkit::panic_message(&*panic)
-            )));
-        }
-    };
-    outcomes.into_iter().map(|o| o.map_err(lab_error)).collect()
+    labkit_torch::rank_results(ran, &format!("your gather on {world} ranks"))
 }
 
 /// Names what is wrong with rank `rank`'s gathered unit `unit` (`got`) against

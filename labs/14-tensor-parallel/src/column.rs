@@ -127,17 +127,10 @@ fn run(f: ColumnForward, world: usize) -> Result<Vec<Seen>, LabError> {
             },
         )
     }));
-    let outcomes = match ran {
-        Ok(Ok(o)) => o,
-        Ok(Err(e)) => return Err(LabError::Collective(e)),
-        Err(panic) => {
-            return Err(LabError::Wrong(format!(
-                "a rank panicked in your column-parallel forward on {world} ranks: {}",
-                labkit::panic_message(&*panic)
-            )));
-        }
-    };
-    outcomes.into_iter().map(|o| o.map_err(lab_error)).collect()
+    labkit_torch::rank_results(
+        ran,
+        &format!("your column-parallel forward on {world} ranks"),
+    )
 }
 
 /// The first index where `got` and `want` differ by more than the tolerance

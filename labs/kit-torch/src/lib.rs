@@ -24,6 +24,23 @@ pub fn lab_error(e: trainers::Error) -> LabError {
     }
 }
 
+/// What thread ranks run under `catch_unwind` gave back: each rank's result,
+/// or the error of the first rank that failed, or a panic named as one "in
+/// {what}" (e.g. "your gather on 3 ranks").
+pub fn rank_results<T>(
+    ran: std::thread::Result<collectives::Result<Vec<trainers::Result<T>>>>,
+    what: &str,
+) -> Result<Vec<T>, LabError> {
+    match ran {
+        Ok(Ok(outcomes)) => outcomes.into_iter().map(|o| o.map_err(lab_error)).collect(),
+        Ok(Err(e)) => Err(LabError::Collective(e)),
+        Err(panic) => Err(LabError::Wrong(format!(
+            "a rank panicked in {what}: {}",
+            labkit::panic_message(&*panic)
+        ))),
+    }
+}
+
 /// Fashion-MNIST's `split` from Debian's `dataset-fashion-mnist`, or an error
 /// saying how to get it.
 pub fn fashion_mnist(split: Split) -> Result<Dataset, LabError> {
