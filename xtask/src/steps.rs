@@ -26,6 +26,10 @@ pub struct Step {
     pub action: Action,
 }
 
+/// The cargo arguments of the `test` step. The labs gate builds with these too
+/// (plus `--no-run`), so it reuses every unit this step built.
+pub const CARGO_TEST: &[&str] = &["test", "--workspace"];
+
 /// Every check the project has, in the order they run. The cheap ones come first so a
 /// formatting slip shows up in seconds, but a failure does not stop the later steps.
 pub const TEST_STEPS: &[Step] = &[
@@ -43,7 +47,7 @@ pub const TEST_STEPS: &[Step] = &[
     Step {
         name: "test",
         about: "every crate's unit, integration and doc tests",
-        action: Action::Cargo(&["test", "--workspace"]),
+        action: Action::Cargo(CARGO_TEST),
     },
     Step {
         name: "labs",

@@ -327,13 +327,16 @@ enum Scope<'a> {
     /// (only `tests/stretch.rs` includes it), so a half-written stretch cannot
     /// break the main exercise's check or run.
     Lab(&'a Lab, Part),
-    /// Every package (the CI gate, which needs every lab anyway), with the
-    /// stretch checks too when `stretch` (when some lab has a stretch goal:
-    /// cargo refuses `--test stretch` that no package has).
-    Workspace {
-        /// Whether to build the `stretch` tests too.
-        stretch: bool,
-    },
+    /// Every package (the CI gate, which needs every lab anyway): the targets
+    /// the suite's `cargo test --workspace` step builds (lib, bins, examples,
+    /// tests) with every integration test named by `--test '*'`, which takes in
+    /// the `check` and `stretch` tests that `test = false` keeps out of a plain
+    /// `cargo test` (an unsolved starter fails them). Naming only `--test check`
+    /// resolved a second set of unit hashes (trainers, torch-link and every lab
+    /// built twice), which filled a CI machine's disk; `--tests` would drop the
+    /// `test = false` ones. So after the test step the gate compiles the checks
+    /// and nothing else.
+    Workspace,
 }
 
 /// The cargo arguments that build what `scope` selects.
@@ -345,20 +348,18 @@ enum Scope<'a> {
 /// package means a lab whose exercise does not compile cannot block another lab's
 /// check, and cargo shows only this package's (and its dependencies') warnings.
 fn build_args(scope: Scope<'_>, release: bool) -> Vec<String> {
-    let mut args: Vec<String> = ["test", "--no-run"].map(String::from).into();
-    match scope {
-        Scope::Lab(lab, part) => {
-            args.extend(["--test".into(), part.test().into()]);
-            args.extend(["-p".into(), lab.package()]);
-        }
-        Scope::Workspace { stretch } => {
-            args.extend(["--test".into(), "check".into()]);
-            if stretch {
-                args.extend(["--test".into(), "stretch".into()]);
-            }
-            args.push("--workspace".into());
-        }
-    }
+    let mut args: Vec<String> = match scope {
+        Scope::Lab(lab, part) => ["test", "--no-run", "--test", part.test(), "-p"]
+            .map(String::from)
+            .into_iter()
+            .chain([lab.package()])
+            .collect(),
+        Scope::Workspace => crate::steps::CARGO_TEST
+            .iter()
+            .chain(&["--no-run", "--lib", "--bins", "--examples", "--test", "*"])
+            .map(|a| a.to_string())
+            .collect(),
+    };
     if release {
         args.push("--release".into());
     }
@@ -433,6 +434,9 @@ struct Artifact {
     dir: PathBuf,
     target: String,
     executable: PathBuf,
+    /// A binary target built as itself, not as a test harness: a lab's program
+    /// and its unit tests share the target name.
+    program: bool,
     /// Cargo had it already: nothing was compiled for it.
     fresh: bool,
 }
@@ -450,18 +454,28 @@ fn artifacts(json_lines: &str) -> Vec<Artifact> {
                     .to_path_buf(),
                 target: v["target"]["name"].as_str()?.to_owned(),
                 executable: PathBuf::from(v["executable"].as_str()?),
+                program: v["target"]["kind"]
+                    .as_array()
+                    .is_some_and(|k| k.iter().any(|k| k == "bin"))
+                    && !v["profile"]["test"].as_bool().unwrap_or(false),
                 fresh: v["fresh"].as_bool().unwrap_or(false),
             })
         })
         .collect()
 }
 
-/// The executable of `lab`'s `target` among `built`.
+/// The executable of `lab`'s `target` among `built`: the program when `target` is
+/// the package's name, else that integration test.
 fn find_artifact(built: &[Artifact], root: &Path, lab: &Lab, target: &str) -> Result<PathBuf> {
     let dir = lab.dir(root);
+    let program = target == lab.package();
     built
         .iter()
-        .find(|a| a.target == target && a.dir.ends_with(Path::new("labs").join(lab.dir_name())))
+        .find(|a| {
+            a.target == target
+                && a.program == program
+                && a.dir.ends_with(Path::new("labs").join(lab.dir_name()))
+        })
         .map(|a| a.executable.clone())
         .with_context(|| {
             format!(
@@ -775,8 +789,7 @@ pub fn gate(root: &Path) -> Result<()> {
     let labs = info::load(root)?;
     // One cargo call for every lab's checks and program (building an integration
     // test builds its package's binary too).
-    let stretch = labs.iter().any(|l| l.stretch.is_some());
-    let built = build(root, &build_args(Scope::Workspace { stretch }, false))?;
+    let built = build(root, &build_args(Scope::Workspace, false))?;
     let mut problems = Vec::new();
     for lab in &labs {
         let started = std::time::Instant::now();

@@ -5,7 +5,7 @@ use super::*;
 #[test]
 fn executables_are_read_from_cargos_json_messages() {
     let lines = [
-        r#"{"reason":"compiler-artifact","manifest_path":"/w/labs/01-a/Cargo.toml","target":{"name":"check"},"executable":"/w/target/debug/deps/check-1","fresh":true}"#,
+        r#"{"reason":"compiler-artifact","manifest_path":"/w/labs/01-a/Cargo.toml","target":{"name":"check","kind":["test"]},"profile":{"test":true},"executable":"/w/target/debug/deps/check-1","fresh":true}"#,
         r#"{"reason":"compiler-artifact","manifest_path":"/w/labs/kit/Cargo.toml","target":{"name":"labkit"},"executable":null}"#,
         r#"{"reason":"build-finished","success":true}"#,
         "not json",
@@ -18,9 +18,59 @@ fn executables_are_read_from_cargos_json_messages() {
             dir: PathBuf::from("/w/labs/01-a"),
             target: "check".into(),
             executable: PathBuf::from("/w/target/debug/deps/check-1"),
+            program: false,
             fresh: true,
         }]
     );
+}
+
+/// The gate builds the test step's targets (a second unit set filled a CI
+/// disk), so a lab's program and its binary's unit tests arrive under the same
+/// target name: the program is the one that is no
+/// test harness (running the harness as the quick run draws nothing).
+#[test]
+fn the_gate_builds_the_test_steps_units_and_tells_the_program_from_its_unit_tests() {
+    // `cargo test` with no target flags builds lib, bins, examples and tests;
+    // the gate names those, with every test by glob so that the checks, which
+    // `test = false` keeps out of a plain `cargo test`, come too.
+    let args = build_args(Scope::Workspace, false);
+    let step = crate::steps::CARGO_TEST;
+    let step: Vec<String> = step.iter().map(|a| a.to_string()).collect();
+    assert_eq!(args[..step.len()], step[..]);
+    for flag in ["--no-run", "--lib", "--bins", "--examples"] {
+        assert!(
+            args.iter().any(|a| a == flag),
+            "{flag} missing from {args:?}"
+        );
+    }
+    assert!(args.windows(2).any(|w| w == ["--test", "*"]));
+    assert!(
+        !args.iter().any(|a| a == "--tests"),
+        "--tests drops test = false targets"
+    );
+    assert!(!args.iter().any(|a| a == "--release"));
+
+    let dir = scratch_workspace(&[(1, "first", SOLVED)]);
+    let root = dir.path();
+    let lab = &info::load(root).unwrap()[0];
+    let harness = Artifact {
+        dir: lab.dir(root),
+        target: lab.package(),
+        executable: PathBuf::from("/t/unit-tests"),
+        program: false,
+        fresh: true,
+    };
+    let program = Artifact {
+        executable: PathBuf::from("/t/program"),
+        program: true,
+        ..harness.clone()
+    };
+    let built = [harness, program];
+    assert_eq!(
+        find_artifact(&built, root, lab, &lab.package()).unwrap(),
+        PathBuf::from("/t/program")
+    );
+    assert!(find_artifact(&built, root, lab, "check").is_err());
 }
 
 /// A scratch workspace of labs without dependencies, one per `(number, name,
