@@ -289,9 +289,71 @@ pub fn check(p: Predictor) -> Result<String, LabError> {
             TCP.name, SHM.name
         )));
     }
-    Ok(format!(
+    let mut said = format!(
         "your fit recovers α and β, refuses a single size, and your crossover is right for \
          lines that cross (in both orders), never cross and are parallel; on noisy points it \
          predicts {g:.0} bytes (the true crossing: {bytes:.0})"
+    );
+    let records = crate::latest_records(&labkit::results_root().join("lab09"));
+    if let Some(run) = records.and_then(|r| on_your_run(p, &r)) {
+        said.push('\n');
+        said.push_str(&run);
+    }
+    Ok(said)
+}
+
+/// Reported, not asserted (this machine decides): `p`'s crossover of the
+/// reference backend over shared memory and Gloo on the all_reduce times of
+/// the learner's latest run, beside where the measured medians last swapped
+/// order. `None` without a run that measured both.
+fn on_your_run(p: Predictor, records: &[measure::Record]) -> Option<String> {
+    let (a, b) = ("reference-shm", "gloo");
+    let points = |label: &str| -> Vec<(f64, f64)> {
+        let mut v: Vec<(f64, f64)> = records
+            .iter()
+            .filter(|r| r.label == label && r.collective == measure::Collective::AllReduce)
+            .filter(|r| r.bytes > 0 && r.median_us > 0.0)
+            .map(|r| (r.bytes as f64, r.median_us))
+            .collect();
+        v.sort_by(|x, y| x.0.total_cmp(&y.0));
+        v
+    };
+    let (pa, pb) = (points(a), points(b));
+    if pa.len() < 2 || pb.len() < 2 {
+        return None;
+    }
+    let predicted = match (p.crossover)(&pa, &pb) {
+        Ok(Crossover::At { bytes, below }) => {
+            let (lo, hi) = if below == reports::Side::First {
+                (a, b)
+            } else {
+                (b, a)
+            };
+            format!("{lo} below {bytes:.0} bytes, {hi} above")
+        }
+        Ok(Crossover::Never { faster }) => {
+            let f = if faster == reports::Side::First { a } else { b };
+            format!("{f} at every size")
+        }
+        Err(e) => format!("no prediction ({e})"),
+    };
+    // Where the measured order last changed, between two sizes both measured.
+    let both: Vec<(f64, bool)> = pa
+        .iter()
+        .filter_map(|&(s, ta)| {
+            let tb = pb.iter().find(|q| q.0 == s)?.1;
+            (ta != tb).then_some((s, ta < tb))
+        })
+        .collect();
+    let measured = match both.windows(2).rev().find(|w| w[0].1 != w[1].1) {
+        Some(w) => format!(
+            "the measured medians last swap order between {:.0} and {:.0} bytes",
+            w[0].0, w[1].0
+        ),
+        None => "the measured medians never swap order".into(),
+    };
+    Some(format!(
+        "on your latest run's all_reduce ({a} against {b}) your fits predict: {predicted}; \
+         {measured}"
     ))
 }

@@ -190,3 +190,28 @@ fn a_line_through_one_size_must_be_an_error() {
     });
     assert!(msg.contains("return an error"), "{msg}");
 }
+
+#[test]
+fn your_run_is_reported_beside_where_the_measured_medians_swap() {
+    let rec = |label: &str, bytes: u64, us: f64| -> measure::Record {
+        serde_json::from_value(serde_json::json!({
+            "label": label, "collective": "all_reduce", "world": 2, "bytes": bytes,
+            "min_us": us, "median_us": us, "max_us": us,
+        }))
+        .unwrap()
+    };
+    let mut records = Vec::new();
+    for (s, _) in SHM.points() {
+        records.push(rec("reference-shm", s as u64, SHM.alpha + SHM.beta * s));
+        records.push(rec("gloo", s as u64, TCP.alpha + TCP.beta * s));
+    }
+    let said = on_your_run(solution(), &records).unwrap();
+    assert!(
+        said.contains("reference-shm below 30000 bytes, gloo above"),
+        "{said}"
+    );
+    assert!(said.contains("between 8192 and 32768 bytes"), "{said}");
+    // Without gloo there is nothing to compare.
+    records.retain(|r| r.label != "gloo");
+    assert_eq!(on_your_run(solution(), &records), None);
+}
