@@ -5,6 +5,7 @@
 //! it beside the course's rule of thumb ([`rule_of_thumb`]) and the learner's
 //! guesses ([`exercise::guesses`], written before running).
 
+pub mod crossover;
 pub mod exercise;
 
 use std::collections::BTreeMap;

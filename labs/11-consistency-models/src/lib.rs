@@ -7,6 +7,7 @@
 //! ([`trainers::consistency::sharded_ps`]).
 
 pub mod exercise;
+pub mod stale_rate;
 
 use std::sync::Arc;
 

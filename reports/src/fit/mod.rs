@@ -7,6 +7,9 @@
 //!   range (cache below a fitted break, memory above): what the report draws
 //!   and predicts with. [`reduction`] splits γ from β where an all_gather of
 //!   the same series allows it.
+//!
+//! [`versus`] says where two fitted α–β lines cross: which of two backends
+//! wins small messages and which large ones (lab 9's stretch goal).
 
 mod alpha_beta;
 mod lsq;
@@ -14,12 +17,14 @@ mod reduction;
 mod regimes;
 #[cfg(test)]
 mod tests;
+mod versus;
 
 pub use alpha_beta::{AlphaBeta, Fit, Pinned, fit_alpha_beta};
 pub use regimes::{
     Join, MAX_REGIMES, MIN_SIZES_AFTER_BREAK, MIN_SIZES_FIRST, OneRegime, PLATEAU_FACTOR,
     Reduction, Regime, Regimes, fit_regimes,
 };
+pub use versus::{Crossover, PARALLEL_SLOPES, Side, fits_cross, lines_cross, predict_crossover};
 
 use crate::dataset::Dataset;
 use crate::results::Collective;

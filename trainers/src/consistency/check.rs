@@ -51,6 +51,7 @@ pub fn job(consistency: Consistency, bound: Arc<dyn StalenessBound>) -> Job {
         bound,
         // Each of the 30 steps takes milliseconds here.
         timeout: std::time::Duration::from_secs(10),
+        staleness_lr: None,
     }
 }
 

@@ -8,7 +8,9 @@
 //!   applied as it arrives (scaled by 1/workers, so a round of pushes moves as
 //!   far as one synchronous step), and a worker pulls whatever the parameters
 //!   are when it starts a step: nobody waits, and gradients are computed on
-//!   parameters other workers have moved since;
+//!   parameters other workers have moved since. With
+//!   [`Job::staleness_lr`] a push's rate is divided by how many versions old
+//!   its parameters are ([`staleness_lr`], lab 11's stretch goal);
 //! * [`Consistency::Ddp`]: synchronous decentralized training, each worker a
 //!   replica, the gradients averaged by an all-reduce;
 //! * [`Consistency::Ssp`]: stale-synchronous decentralized training (Ho et al.
@@ -33,6 +35,7 @@
 pub mod check;
 pub mod network;
 pub mod sharded_ps;
+pub mod staleness_lr;
 #[cfg(test)]
 mod tests;
 
@@ -48,6 +51,7 @@ use crate::data::Dataset;
 use crate::models::{self, MlpConfig};
 use crate::thread_ranks::with_data_ranks;
 use crate::{Error, Result};
+pub use staleness_lr::{StalenessLr, staleness_aware_lr};
 
 /// How up to date the parameters of a gradient must be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,6 +139,10 @@ pub struct Job {
     /// The longest any wait may last before the training fails (a bound
     /// that never lets anyone start would otherwise wait for ever).
     pub timeout: Duration,
+    /// The asynchronous server's learning rate for a stale gradient
+    /// ([`staleness_aware_lr`], the seam of lab 11's stretch goal); `None`
+    /// applies every push at the same rate, as the trainer always did.
+    pub staleness_lr: Option<StalenessLr>,
 }
 
 /// A worker starting a step: what the log of [`Trained`] holds.
@@ -148,6 +156,20 @@ pub struct Start {
     pub slowest: u64,
 }
 
+/// A push the asynchronous server applied: what the log of pushes of
+/// [`Trained`] holds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Push {
+    /// Which worker.
+    pub worker: usize,
+    /// The server's version (pushes applied) the worker read its parameters at.
+    pub read: u64,
+    /// The server's version when the push was applied.
+    pub current: u64,
+    /// The learning rate it was applied with.
+    pub lr: f64,
+}
+
 /// What a training measured.
 pub struct Trained {
     /// (seconds since the start, worker 0's view of the parameters), every
@@ -155,6 +177,9 @@ pub struct Trained {
     pub snapshots: Vec<(f64, Tensor)>,
     /// Every step start, in the order they happened.
     pub log: Vec<Start>,
+    /// Every push the asynchronous server applied, in order (empty for the
+    /// other trainers).
+    pub pushes: Vec<Push>,
     /// Wall time until every worker finished.
     pub seconds: f64,
     /// The parameters at the end (the server's, or worker 0's replica).
@@ -174,6 +199,9 @@ struct Shared {
     /// Steps each worker has completed.
     completed: Vec<u64>,
     log: Vec<Start>,
+    /// Pushes the asynchronous server has applied: its parameters' version.
+    version: u64,
+    pushes: Vec<Push>,
 }
 
 struct Table {
@@ -295,6 +323,8 @@ pub fn train(job: &Job, data: &Dataset) -> Result<Trained> {
             complete: Vec::new(),
             completed: vec![0; job.workers],
             log: Vec::new(),
+            version: 0,
+            pushes: Vec::new(),
         }),
         changed: Condvar::new(),
     };
@@ -321,6 +351,7 @@ pub fn train(job: &Job, data: &Dataset) -> Result<Trained> {
     Ok(Trained {
         snapshots,
         log: state.log.clone(),
+        pushes: state.pushes.clone(),
         seconds,
         params,
     })
@@ -362,6 +393,8 @@ fn worker(
             Consistency::AsyncPs | Consistency::Ddp => {}
         }
         let slowest = g.completed.iter().copied().min().unwrap_or(0);
+        // The version these parameters are (the asynchronous server's).
+        let read = g.version;
         g.log.push(Start {
             worker: w,
             step,
@@ -414,7 +447,19 @@ fn worker(
             Consistency::AsyncPs => {
                 let mut g = table.lock()?;
                 let lr = job.lr / job.workers as f64;
+                let current = g.version;
+                let lr = match job.staleness_lr {
+                    Some(scaled) => scaled(lr, current, read)?,
+                    None => lr,
+                };
                 let _ = g.params.f_sub_(&grad.f_mul_scalar(lr)?)?;
+                g.version += 1;
+                g.pushes.push(Push {
+                    worker: w,
+                    read,
+                    current,
+                    lr,
+                });
             }
             Consistency::SyncPs | Consistency::Ssp { .. } => {
                 let mut g = table.lock()?;

@@ -53,3 +53,43 @@ fn every_model_trains_and_async_never_waits() {
     let t = train(&job(Consistency::AsyncPs, Arc::new(Bounded)), &data).unwrap();
     assert!(check::max_ahead(&t.log) > 3, "{}", check::max_ahead(&t.log));
 }
+
+/// One worker's gradients are never stale (τ = 0): the staleness-aware rate
+/// divides by 1, and the training is the plain one to the bit.
+#[test]
+fn staleness_aware_lr_with_one_worker_is_plain_async_sgd_to_the_bit() {
+    let data = synthetic(16 * 30, 5).unwrap();
+    let mut j = job(Consistency::AsyncPs, Arc::new(Bounded));
+    (j.workers, j.straggler) = (1, None);
+    let plain = train(&j, &data).unwrap();
+    j.staleness_lr = Some(staleness_aware_lr);
+    let aware = train(&j, &data).unwrap();
+    assert_eq!(check::trained_diff(&plain, &aware).unwrap(), 0.0);
+    assert_eq!(aware.pushes.len(), 30);
+    assert!(
+        aware
+            .pushes
+            .iter()
+            .all(|p| p.current == p.read && p.lr == 0.1)
+    );
+}
+
+#[test]
+fn the_async_server_logs_each_push_with_the_rate_it_applied() {
+    let data = synthetic(3 * 16 * 30, 5).unwrap();
+    let mut j = job(Consistency::AsyncPs, Arc::new(Bounded));
+    j.staleness_lr = Some(staleness_aware_lr);
+    let t = train(&j, &data).unwrap();
+    assert_eq!(t.pushes.len(), 90);
+    // Versions count the pushes, in order.
+    for (i, p) in t.pushes.iter().enumerate() {
+        assert_eq!(p.current, i as u64, "{p:?}");
+        assert!(p.read <= p.current, "{p:?}");
+        let want = staleness_aware_lr(0.1 / 3.0, p.current, p.read).unwrap();
+        assert_eq!(p.lr, want, "{p:?}");
+    }
+    // Off, every push has the plain rate whatever its staleness.
+    j.staleness_lr = None;
+    let t = train(&j, &data).unwrap();
+    assert!(t.pushes.iter().all(|p| p.lr == 0.1 / 3.0));
+}
