@@ -38,8 +38,8 @@ pub fn push_delta(shared: &[Tensor], private: &[Tensor], snapshot: &[Tensor]) ->
             let delta = p.f_sub(snap)?;
             let _ = s.shallow_clone().f_add_(&delta)?;
             // Everyone's progress, read back: the next delta counts only new steps.
-            let _ = snap.shallow_clone().f_copy_(s)?;
-            let _ = p.shallow_clone().f_copy_(s)?;
+            snap.shallow_clone().f_copy_(s)?;
+            p.shallow_clone().f_copy_(s)?;
         }
         Ok(())
     })
