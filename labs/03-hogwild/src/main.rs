@@ -102,8 +102,18 @@ fn run(args: Args, variant: Variant) -> anyhow::Result<()> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
         "lab 3 ({variant}): {model:?} on {examples} Fashion-MNIST images per run, batch {}, \
-         lr {}, {:?} sharing, {cores} CPU cores",
-        args.batch, args.lr, args.sharing
+         lr {}, {:?} sharing, {cores} CPU cores{}",
+        args.batch,
+        args.lr,
+        args.sharing,
+        if args.local_steps > 1 {
+            format!(
+                "; local SGD: each worker pushes its delta every {} steps (trainers' push)",
+                args.local_steps
+            )
+        } else {
+            String::new()
+        }
     );
 
     let launcher = WorkerProgram::current_exe()?;
