@@ -185,3 +185,26 @@ fn workers_past_the_timeout_are_killed_and_reported() {
         assert!(!path.exists(), "{} was left behind", path.display());
     }
 }
+
+/// Local SGD (`local_steps` = 5): each worker trains a private copy and adds its
+/// delta into the shared parameters every 5 steps; both workers' deltas land, so the
+/// shared model trains as Hogwild's does.
+#[test]
+fn local_steps_push_deltas_that_train_the_shared_model() {
+    tch::set_num_threads(1);
+    let config = HogwildConfig {
+        local_steps: 5,
+        ..config(Sharing::FileDescriptor)
+    };
+    let report = hogwild::run(&config, &launcher()).unwrap();
+    for w in &report.workers {
+        assert_eq!(w.steps, 40, "{w:?}");
+        assert!(w.attached && w.failure.is_none(), "{w:?}");
+    }
+    assert!(
+        report.final_loss < 0.7 * report.initial_loss,
+        "loss {} -> {}",
+        report.initial_loss,
+        report.final_loss
+    );
+}

@@ -6,7 +6,13 @@
 //! [`Reference`] pieces are the solution. The self-check is
 //! [`hogwild::check_pieces`], the same function trainers' tests run on the
 //! reference, for both of PyTorch's sharing strategies.
+//!
+//! The optional stretch goal, local SGD's delta push, is the learner's
+//! `src/stretch.rs`, compiled only by its own check `tests/stretch.rs`;
+//! [`delta`] judges it, and its solution is trainers' own
+//! [`trainers::hogwild::push_delta`], which the workers call with `--local-steps`.
 
+pub mod delta;
 pub mod diagnose;
 pub mod exercise;
 

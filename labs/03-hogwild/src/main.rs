@@ -44,6 +44,11 @@ struct Args {
     /// SGD learning rate.
     #[arg(long, default_value_t = 0.05)]
     lr: f64,
+    /// Local SGD: each worker trains a private copy for this many steps, then adds
+    /// their delta into the shared parameters (1: every step writes straight into
+    /// them, Hogwild!). Trainers' own delta push, whatever `--solution` says.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    local_steps: u64,
     #[command(flatten)]
     data: DataArgs,
     /// Seconds a run may take before its workers are killed.
@@ -97,8 +102,18 @@ fn run(args: Args, variant: Variant) -> anyhow::Result<()> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
         "lab 3 ({variant}): {model:?} on {examples} Fashion-MNIST images per run, batch {}, \
-         lr {}, {:?} sharing, {cores} CPU cores",
-        args.batch, args.lr, args.sharing
+         lr {}, {:?} sharing, {cores} CPU cores{}",
+        args.batch,
+        args.lr,
+        args.sharing,
+        if args.local_steps > 1 {
+            format!(
+                "; local SGD: each worker pushes its delta every {} steps (trainers' push)",
+                args.local_steps
+            )
+        } else {
+            String::new()
+        }
     );
 
     let launcher = WorkerProgram::current_exe()?;
@@ -116,6 +131,7 @@ fn run(args: Args, variant: Variant) -> anyhow::Result<()> {
             sharing: args.sharing,
             timeout: Duration::from_secs(args.timeout),
             sample_every: Duration::from_millis(if args.quick { 100 } else { 250 }),
+            local_steps: args.local_steps as usize,
             ..Default::default()
         };
         // The same initial parameters for every run: the parent builds the model

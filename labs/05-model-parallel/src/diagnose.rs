@@ -28,7 +28,7 @@ fn named(what: String, key: &str) -> Option<String> {
 
 /// What is wrong with one stage's `list` for `m` micro-batches, whatever the
 /// schedule: every micro-batch's forward and backward exactly once, forward first.
-fn structure(list: &[Action], m: usize, on: &str) -> Option<String> {
+pub(crate) fn structure(list: &[Action], m: usize, on: &str) -> Option<String> {
     let at = |a: Action| list.iter().position(|&b| b == a);
     let count = |a: Action| list.iter().filter(|&&b| b == a).count();
     if let Some(a) = list

@@ -4,9 +4,15 @@
 //! (stage after stage), then GPipe's micro-batches. The learner writes the two
 //! schedules ([`exercise`]); the reference solution is trainers' own [`Naive`] and
 //! [`GPipe`], reached through the same slot ([`Schedule`]).
+//!
+//! The optional stretch goal, the 1F1B schedule, is the learner's
+//! `src/stretch.rs`, compiled only by its own check `tests/stretch.rs`;
+//! [`one_f_one_b`] judges it, and its solution is trainers' own
+//! [`OneFOneB`](trainers::pipeline::OneFOneB).
 
 pub mod diagnose;
 pub mod exercise;
+pub mod one_f_one_b;
 
 use labkit::{LabError, Variant};
 use tch::Device;
@@ -159,7 +165,7 @@ fn bubbles(
 }
 
 /// The MLP of trainers' own pipeline tests: small, so 10 steps take milliseconds.
-fn mlp() -> Blueprint {
+pub(crate) fn mlp() -> Blueprint {
     models::mlp(&MlpConfig {
         hidden: vec![32, 16],
         ..Default::default()

@@ -273,6 +273,20 @@ fn run(args: Args) -> anyhow::Result<()> {
             r.kind.rule()
         );
     }
+    let max_m = ms.iter().copied().max().unwrap_or(1);
+    // Memory, on paper from the action lists: 1F1B (the stretch goal; trainers' own
+    // here, not the learner's) idles as GPipe does but frees micro-batches early.
+    let peaks = |s: &dyn pipeline::Schedule| -> anyhow::Result<Vec<usize>> {
+        (0..stages)
+            .map(|k| Ok(pipeline::peak_in_flight(&s.actions(k, stages, max_m)?)))
+            .collect()
+    };
+    println!(
+        "micro-batches whose activations each stage holds at its peak, M = {max_m}: \
+         GPipe {:?}, 1F1B (trainers' OneFOneB, same bubble) {:?}",
+        peaks(&GPipe)?,
+        peaks(&pipeline::OneFOneB)?
+    );
 
     // The same mathematics whatever the schedule and M: the loss curves agree up to
     // float rounding (micro-batches of other sizes sum in another order).
@@ -299,7 +313,6 @@ fn run(args: Args) -> anyhow::Result<()> {
         last + 1
     );
 
-    let max_m = ms.iter().copied().max().unwrap_or(1);
     for kind in Kind::ALL {
         if let Some(r) = runs.iter().find(|r| r.kind == kind && r.m == max_m) {
             println!(

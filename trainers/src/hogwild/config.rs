@@ -66,6 +66,10 @@ pub struct HogwildConfig {
     pub kill_worker: Option<KillWorker>,
     /// How often the parent reads the workers' loss sums for [`HogwildReport::curve`].
     pub sample_every: Duration,
+    /// SGD steps a worker takes on a private copy before it adds their delta into
+    /// the shared parameters ([`push_delta`](super::push_delta): local SGD, Downpour
+    /// style). 1: every step writes straight into the shared parameters (Hogwild!).
+    pub local_steps: usize,
 }
 
 impl Default for HogwildConfig {
@@ -85,6 +89,7 @@ impl Default for HogwildConfig {
             timeout: Duration::from_secs(120),
             kill_worker: None,
             sample_every: Duration::from_millis(250),
+            local_steps: 1,
         }
     }
 }
@@ -99,8 +104,8 @@ impl HogwildConfig {
                 self.workers
             ));
         }
-        if self.steps == 0 || self.batch == 0 {
-            return bad("steps and batch must be at least 1".into());
+        if self.steps == 0 || self.batch == 0 || self.local_steps == 0 {
+            return bad("steps, batch and local steps must be at least 1".into());
         }
         if self.samples < self.workers {
             return bad(format!(
@@ -182,7 +187,7 @@ impl HogwildConfig {
             Arch::Resnet => "resnet",
         };
         let mut s = format!(
-            "workers={};steps={};batch={};lr={};model={model};hidden={};samples={};data_seed={};sharing={};timeout_ms={};sample_ms={}",
+            "workers={};steps={};batch={};lr={};model={model};hidden={};samples={};data_seed={};sharing={};timeout_ms={};sample_ms={};local_steps={}",
             self.workers,
             self.steps,
             self.batch,
@@ -192,7 +197,8 @@ impl HogwildConfig {
             self.data_seed,
             self.sharing.name(),
             self.timeout.as_millis(),
-            self.sample_every.as_millis()
+            self.sample_every.as_millis(),
+            self.local_steps
         );
         if let Some(k) = self.kill_worker {
             s.push_str(&format!(";kill={}@{}", k.rank, k.after_steps));
@@ -220,6 +226,7 @@ impl HogwildConfig {
                 "steps" => c.steps = num(v, key)? as usize,
                 "batch" => c.batch = num(v, key)? as usize,
                 "samples" => c.samples = num(v, key)? as usize,
+                "local_steps" => c.local_steps = num(v, key)? as usize,
                 "data_seed" => c.data_seed = num(v, key)?,
                 "timeout_ms" => c.timeout = Duration::from_millis(num(v, key)?),
                 "sample_ms" => c.sample_every = Duration::from_millis(num(v, key)?),

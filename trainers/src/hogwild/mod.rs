@@ -66,6 +66,7 @@ mod check;
 mod config;
 mod curve;
 mod fd_passing;
+mod local_steps;
 mod pieces;
 mod region;
 mod stale;
@@ -75,6 +76,7 @@ pub use check::{PiecesChecked, check_pieces};
 pub use config::{HogwildConfig, KillWorker, Sharing};
 use curve::*;
 use fd_passing::*;
+pub use local_steps::push_delta;
 pub use pieces::{Pieces, Reference};
 use region::*;
 use stale::*;
@@ -486,6 +488,17 @@ fn train_worker(
     let loss_sum = region.slot(rank, 16)?;
     let mut sum = 0.0f64;
     let mut last_loss = f64::NAN;
+    // Local SGD (k > 1): the parameters leave the region for private copies, which
+    // the update trains; every k steps their delta goes into the region.
+    let local = config.local_steps > 1;
+    let snapshot = if local {
+        for (p, copy) in tensors.iter().zip(local_steps::private_copies(&views)?) {
+            p.shallow_clone().f_set_data(&copy)?;
+        }
+        local_steps::private_copies(&views)?
+    } else {
+        Vec::new()
+    };
     for step in 0..config.steps {
         let idx: Vec<usize> = (0..config.batch)
             .map(|j| shard[(step * config.batch + j) % shard.len()])
@@ -494,6 +507,9 @@ fn train_worker(
         let loss = cross_entropy(&model.forward_t(&x, true), &y)?;
         loss.f_backward()?;
         pieces.update(&tensors, config.lr)?;
+        if local && ((step + 1) % config.local_steps == 0 || step + 1 == config.steps) {
+            push_delta(&views, &tensors, &snapshot)?;
+        }
         last_loss = loss.f_double_value(&[])?;
         // Only this worker writes its slot; the loss sum goes first, so a parent that
         // reads the step count first never sees a step without its loss.

@@ -19,6 +19,7 @@ fn config_round_trips_through_the_environment_encoding() {
             after_steps: 3,
         }),
         sample_every: Duration::from_millis(100),
+        local_steps: 4,
     };
     assert_eq!(HogwildConfig::decode(&c.encode()).unwrap(), c);
     let d = HogwildConfig::default();
@@ -33,6 +34,7 @@ fn config_round_trips_through_the_environment_encoding() {
         "model=resnet",
         "model=vgg",
         "sample_ms=0",
+        "local_steps=0",
     ] {
         assert!(HogwildConfig::decode(bad).is_err(), "{bad} was accepted");
     }

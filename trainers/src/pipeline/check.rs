@@ -238,7 +238,7 @@ pub fn bubble(
 pub(super) mod tests {
     use super::*;
     use crate::models::{self, MlpConfig};
-    use crate::pipeline::{GPipe, Naive, theoretical_bubble};
+    use crate::pipeline::{GPipe, Naive, OneFOneB, theoretical_bubble};
 
     /// The small MLP of the pipeline's tests (also `pipeline::tests`).
     pub(in crate::pipeline) fn mlp() -> Blueprint {
@@ -266,6 +266,18 @@ pub(super) mod tests {
         }
     }
 
+    /// 1F1B runs the backwards in another order than GPipe (oldest first, between
+    /// the forwards): the gradients add up in another order, the result is the same.
+    #[test]
+    fn one_f_one_b_equals_the_unsplit_model_too() {
+        for m in [1, 2, 5, 12] {
+            equivalence(&OneFOneB, mlp, &["fc2"], &[Device::Cpu; 2], m, 12).unwrap();
+        }
+        for m in [2, 3, 7] {
+            equivalence(&OneFOneB, mlp, &["fc2", "fc3"], &[Device::Cpu; 3], m, 10).unwrap();
+        }
+    }
+
     #[test]
     fn split_cnn_pipeline_equals_the_unsplit_cnn() {
         let e = equivalence(
@@ -287,6 +299,7 @@ pub(super) mod tests {
             assert!(g < 1.0);
             let naive = (s - 1) as f64 / s as f64;
             bubble(&Naive, s, m, naive, "(S-1)/S").unwrap();
+            bubble(&OneFOneB, s, m, theoretical_bubble(s, m), "(S-1)/(M+S-1)").unwrap();
         }
         let e = bubble(&Naive, 2, 4, theoretical_bubble(2, 4), "(S-1)/(M+S-1)")
             .unwrap_err()

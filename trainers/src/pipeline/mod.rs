@@ -15,6 +15,10 @@
 //!   passes run in reverse order, each stage sending the gradient of its input back.
 //!   The idle fraction (the *bubble*) falls to `(S-1)/(M+S-1)` for equal stages
 //!   ([`theoretical_bubble`]).
+//! * **1F1B** ([`OneFOneB`], PipeDream-flush): the same bubble as GPipe, but each
+//!   stage starts a micro-batch's backward as soon as it can (a short warm-up of
+//!   forwards, then one forward, one backward), so stage `s` holds the activations of
+//!   at most `S − s` micro-batches instead of all `M` ([`peak_in_flight`]).
 //!
 //! The schedule is the seam ([`Schedule`], [`Pipeline::step_with`]): a list of
 //! [`Action`]s per stage, checked before any thread starts ([`plan`]: complete, and no
@@ -46,7 +50,10 @@ mod schedule;
 mod stage;
 
 pub use report::{Phase, Span, StepReport};
-pub use schedule::{Action, GPipe, Naive, Schedule, Timing, plan, simulate, simulate_timed};
+pub use schedule::{
+    Action, GPipe, Naive, OneFOneB, Schedule, Timing, peak_in_flight, plan, simulate,
+    simulate_timed,
+};
 
 use std::time::{Duration, Instant};
 

@@ -115,6 +115,67 @@ impl Schedule for GPipe {
 }
 // ANCHOR_END: gpipe
 
+/// 1F1B, "one forward, one backward" (PipeDream-flush, Narayanan et al., 2021; the
+/// non-interleaved schedule of Megatron-LM): each stage runs a few forwards to fill
+/// the pipeline (the *warm-up*), then alternates one forward with one backward (the
+/// *steady state*), then runs the backwards left over (the *cool-down*).
+///
+/// The warm-up is as long as the pipeline behind the stage is deep: stage `s` runs
+/// `S − s − 1` forwards before its first "one forward, one backward" pair, so that
+/// its first backward's gradient is on its way back by the time it asks for it. The
+/// bubble is GPipe's, `(S-1)/(M+S-1)` for equal stages: the same fill and drain, only
+/// reordered. What changes is memory: a stage holds a micro-batch's activations from
+/// its forward until its backward, and here at most `S − s` micro-batches are in
+/// flight on stage `s` ([`peak_in_flight`]), against GPipe's `M`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OneFOneB;
+
+// ANCHOR: one_f_one_b
+impl Schedule for OneFOneB {
+    fn name(&self) -> &str {
+        "1F1B"
+    }
+
+    fn actions(&self, stage: usize, stages: usize, micro_batches: usize) -> Result<Vec<Action>> {
+        // The warm-up: as many forwards as there are stages after this one, so that
+        // when this stage first waits for a gradient, the micro-batch it sent first has
+        // reached the last stage and is on its way back. Fewer when there are fewer
+        // micro-batches than that.
+        let warm_up = stages.saturating_sub(stage + 1).min(micro_batches);
+        let forwards = (0..warm_up).map(Action::Forward);
+        // The steady state: each new forward is followed by the backward of the oldest
+        // micro-batch still held, so the number held stays at warm_up + 1.
+        let steady = (warm_up..micro_batches)
+            .flat_map(|m| [Action::Forward(m), Action::Backward(m - warm_up)]);
+        // The cool-down: the backwards of the micro-batches still held, oldest first.
+        let cool_down = (micro_batches - warm_up..micro_batches).map(Action::Backward);
+        Ok(forwards.chain(steady).chain(cool_down).collect())
+    }
+}
+// ANCHOR_END: one_f_one_b
+
+/// The most micro-batches whose activations a stage running `actions` holds at once:
+/// a forward saves its micro-batch's activations for the backward, which frees them.
+/// `M` for GPipe, 1 for the naive schedule, at most `S − s` on stage `s` for 1F1B.
+/// (Counts micro-batches, not bytes: every micro-batch of one stage saves the same
+/// tensors, give or take a smaller last one.)
+pub fn peak_in_flight(actions: &[Action]) -> usize {
+    let mut held: usize = 0;
+    let mut peak = 0;
+    for a in actions {
+        match a {
+            Action::Forward(_) => {
+                held += 1;
+                peak = peak.max(held);
+            }
+            // saturating: a list with a backward before its forward is for `plan` to
+            // reject, not for this count to underflow on.
+            Action::Backward(_) => held = held.saturating_sub(1),
+        }
+    }
+    peak
+}
+
 /// Every stage's actions of `schedule` for one step of `micro_batches` micro-batches
 /// on `stages` stages, checked: each list holds each micro-batch's forward and backward
 /// once, the forward first, and the lists run to the end together (no stage waits for
@@ -469,6 +530,79 @@ mod tests {
             simulate_timed(&GPipe, 2, 2, &timing(0, 1)).unwrap().wall,
             ms(20)
         );
+    }
+
+    #[test]
+    fn one_f_one_b_orders() {
+        // 3 stages, 4 micro-batches: stage 0 warms up with 2 forwards, stage 2 none.
+        assert_eq!(
+            OneFOneB.actions(0, 3, 4).unwrap(),
+            [F(0), F(1), F(2), B(0), F(3), B(1), B(2), B(3)]
+        );
+        assert_eq!(
+            OneFOneB.actions(1, 3, 4).unwrap(),
+            [F(0), F(1), B(0), F(2), B(1), F(3), B(2), B(3)]
+        );
+        assert_eq!(
+            OneFOneB.actions(2, 3, 4).unwrap(),
+            [F(0), B(0), F(1), B(1), F(2), B(2), F(3), B(3)]
+        );
+        // Fewer micro-batches than the warm-up wants: all forwards, then all backwards.
+        assert_eq!(OneFOneB.actions(0, 4, 2).unwrap(), [F(0), F(1), B(0), B(1)]);
+    }
+
+    /// Every stage runs every micro-batch's forward and backward once, each backward
+    /// after its forward, and the stages fit together (`plan` checks all three), on
+    /// every shape up to 6 stages and 9 micro-batches.
+    #[test]
+    fn one_f_one_b_is_complete_and_never_deadlocks() {
+        for s in 1..=6 {
+            for m in 1..=9 {
+                let lists = plan(&OneFOneB, s, m).unwrap();
+                for list in &lists {
+                    assert_eq!(list.len(), 2 * m, "S={s} M={m}");
+                }
+            }
+        }
+    }
+
+    /// 1F1B idles exactly as GPipe does on equal stages, forward and backward of any
+    /// lengths: the same fill and drain, reordered.
+    #[test]
+    fn one_f_one_b_has_gpipes_bubble() {
+        for (f, b) in [(1, 2), (3, 5), (2, 2)] {
+            let (f, b) = (Duration::from_millis(f), Duration::from_millis(b));
+            for s in 1..=5 {
+                for m in [1, 2, 3, 4, 8, 13] {
+                    let r = simulate(&OneFOneB, s, m, f, b).unwrap();
+                    let g = simulate(&GPipe, s, m, f, b).unwrap();
+                    assert!(
+                        (r.bubble() - theoretical_bubble(s, m)).abs() < 1e-9,
+                        "S={s} M={m}: {}",
+                        r.bubble()
+                    );
+                    assert_eq!(r.wall, g.wall, "S={s} M={m}");
+                }
+            }
+        }
+    }
+
+    /// The point of 1F1B: stage s holds at most S − s micro-batches' activations
+    /// (exactly min(S − s, M)), where GPipe holds all M on every stage.
+    #[test]
+    fn one_f_one_b_holds_at_most_s_minus_s_micro_batches() {
+        for s in 1..=6 {
+            for m in 1..=9 {
+                for stage in 0..s {
+                    let ours = peak_in_flight(&OneFOneB.actions(stage, s, m).unwrap());
+                    assert_eq!(ours, (s - stage).min(m), "S={s} M={m} stage {stage}");
+                    assert_eq!(peak_in_flight(&GPipe.actions(stage, s, m).unwrap()), m);
+                    assert_eq!(peak_in_flight(&Naive.actions(stage, s, m).unwrap()), 1);
+                }
+            }
+        }
+        assert_eq!(peak_in_flight(&[]), 0);
+        assert_eq!(peak_in_flight(&[B(0), F(0)]), 1);
     }
 
     #[test]
