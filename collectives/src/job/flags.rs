@@ -228,7 +228,7 @@ pub fn parse_algo(s: &str) -> Result<Algo, String> {
     Algo::parse(s).ok_or_else(|| {
         format!(
             "unknown algorithm {s:?} (auto, ring, halving-doubling, recursive-doubling, tree, \
-             ring-chunked, bcube)"
+             hierarchical, ring-chunked, bcube)"
         )
     })
 }
