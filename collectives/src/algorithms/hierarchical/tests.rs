@@ -134,3 +134,23 @@ fn the_conformance_suite_passes_on_two_and_three_nodes() {
         }
     }
 }
+
+#[test]
+fn algo_hierarchical_parses_and_the_reference_backend_runs_it() {
+    assert_eq!(Algo::parse("hierarchical"), Some(Algo::Hierarchical));
+    assert_eq!(Algo::parse("hier"), Some(Algo::Hierarchical));
+    assert_eq!(
+        Algo::parse(Algo::Hierarchical.name()),
+        Some(Algo::Hierarchical)
+    );
+    assert!(
+        crate::Backend::Reference
+            .algorithms()
+            .contains(&Algo::Hierarchical)
+    );
+    assert!(
+        !crate::Backend::Gloo
+            .algorithms()
+            .contains(&Algo::Hierarchical)
+    );
+}
