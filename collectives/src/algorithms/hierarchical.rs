@@ -27,10 +27,13 @@ pub fn check_layout(world: usize, per_node: usize) -> Result<()> {
     Ok(())
 }
 
-/// Ranks per node for the backend's `--algo hierarchical`: the launcher's
-/// `LOCAL_WORLD_SIZE` (torchrun's and `ringside launch`'s name for this
-/// node's ranks). Unset, the job is taken as one node: the algorithm then
-/// degenerates to a tree reduce and broadcast (correct, with no link to save).
+/// Ranks per node for the backend's `--algo hierarchical` when the
+/// rendezvous did not say ([`crate::backends::Options::per_node`]: a job
+/// joined through [`crate::job`] takes its launcher's local world size, under
+/// any launcher): `LOCAL_WORLD_SIZE` (torchrun's and `ringside launch`'s name
+/// for this node's ranks). Unset, the job is taken as one node: the algorithm
+/// then degenerates to a tree reduce and broadcast (correct, with no link to
+/// save).
 pub fn per_node_from_env(world: usize) -> Result<usize> {
     match std::env::var("LOCAL_WORLD_SIZE") {
         Err(_) => Ok(world),
