@@ -5,7 +5,9 @@
 //! [`select`]'s job (by message size, with an override).
 
 pub mod dissemination;
+pub mod group;
 pub mod halving_doubling;
+pub mod hierarchical;
 pub mod linear;
 pub mod pairwise;
 pub mod plug;
@@ -34,6 +36,10 @@ pub enum Algo {
     RecursiveDoubling,
     /// Binomial-tree reduce to rank 0, then binomial-tree broadcast.
     Tree,
+    /// Two levels across nodes: reduce inside each node, ring among the node
+    /// leaders, broadcast inside each node ([`hierarchical`]; nodes of
+    /// `LOCAL_WORLD_SIZE` ranks).
+    Hierarchical,
     /// Gloo only: `gloo::AllreduceRingChunked`.
     RingChunked,
     /// Gloo only: `gloo::allreduce` with `Algorithm::BCUBE`.
@@ -42,15 +48,16 @@ pub enum Algo {
 
 impl Algo {
     /// Every concrete algorithm of the reference backend (not `Auto`).
-    pub const CONCRETE: [Algo; 4] = [
+    pub const CONCRETE: [Algo; 5] = [
         Algo::Ring,
         Algo::HalvingDoubling,
         Algo::RecursiveDoubling,
         Algo::Tree,
+        Algo::Hierarchical,
     ];
 
     /// Parses `auto`, `ring`, `halving-doubling` (`hd`), `recursive-doubling` (`rd`), `tree`,
-    /// and Gloo's `ring-chunked` and `bcube` (`_` for `-` everywhere).
+    /// `hierarchical` (`hier`), and Gloo's `ring-chunked` and `bcube` (`_` for `-` everywhere).
     pub fn parse(s: &str) -> Option<Algo> {
         Some(match s.to_ascii_lowercase().replace('_', "-").as_str() {
             "auto" => Algo::Auto,
@@ -58,6 +65,7 @@ impl Algo {
             "halving-doubling" | "hd" => Algo::HalvingDoubling,
             "recursive-doubling" | "rd" => Algo::RecursiveDoubling,
             "tree" | "binomial" => Algo::Tree,
+            "hierarchical" | "hier" => Algo::Hierarchical,
             "ring-chunked" => Algo::RingChunked,
             "bcube" => Algo::Bcube,
             _ => return None,
@@ -72,6 +80,7 @@ impl Algo {
             Algo::HalvingDoubling => "halving-doubling",
             Algo::RecursiveDoubling => "recursive-doubling",
             Algo::Tree => "tree",
+            Algo::Hierarchical => "hierarchical",
             Algo::RingChunked => "ring-chunked",
             Algo::Bcube => "bcube",
         }
@@ -82,7 +91,8 @@ impl Algo {
         match std::env::var("RINGSIDE_ALGO") {
             Ok(s) => Algo::parse(&s).ok_or_else(|| {
                 Error::InvalidArgument(format!(
-                    "RINGSIDE_ALGO={s:?}: expected auto, ring, halving-doubling, recursive-doubling or tree"
+                    "RINGSIDE_ALGO={s:?}: expected auto, ring, halving-doubling, recursive-doubling, tree or \
+                     hierarchical"
                 ))
             }),
             Err(_) => Ok(Algo::Auto),

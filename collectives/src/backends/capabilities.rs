@@ -23,6 +23,7 @@ impl Backend {
                 Algo::HalvingDoubling,
                 Algo::RecursiveDoubling,
                 Algo::Tree,
+                Algo::Hierarchical,
             ],
             Backend::Gloo => &[
                 Algo::Auto,

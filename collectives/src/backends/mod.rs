@@ -55,6 +55,10 @@ pub struct Options {
     /// `--debug-collectives`; see [`debug`]). The reference backend checks
     /// in its own messages and ignores it.
     pub debug_collectives: bool,
+    /// Ranks per node for the reference backend's `--algo hierarchical`:
+    /// [`crate::job::options`] sets the launcher's local world size (torchrun's
+    /// `LOCAL_WORLD_SIZE`, OpenMPI's, Slurm's); `None` reads `LOCAL_WORLD_SIZE`.
+    pub per_node: Option<usize>,
 }
 
 impl Options {
@@ -88,6 +92,7 @@ impl Options {
             debug_collectives: std::env::var("RINGSIDE_DEBUG_COLLECTIVES").is_ok_and(|v| {
                 matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "on" | "true")
             }),
+            per_node: None,
         })
     }
 }
@@ -174,6 +179,7 @@ pub fn reference(
         ),
     };
     let mut comm = ReferenceComm::new(t, opts.algo, name);
+    comm.set_per_node(opts.per_node);
     if let Some(f) = flight {
         comm.record(f);
     }

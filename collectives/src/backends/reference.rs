@@ -26,8 +26,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::checks::{self, blocked_count, gather_count, input_bytes, per_rank};
 use super::scratch::area;
 use crate::algorithms::{
-    self, Algo, TaggedTransport, dissemination, halving_doubling, linear, pairwise, plug::Plug,
-    recursive_doubling, ring, tree,
+    self, Algo, TaggedTransport, dissemination, halving_doubling, hierarchical, linear, pairwise,
+    plug::Plug, recursive_doubling, ring, tree,
 };
 use crate::buffer::{Buffer, BufferMut};
 use crate::element::{DType, ReduceOp, finish_avg};
@@ -73,6 +73,8 @@ struct Inner {
     algo: Algo,
     /// Set by [`ReferenceComm::plug`]: runs every all_reduce and broadcast.
     plug: Option<Arc<dyn Plug>>,
+    /// Ranks per node for [`Algo::Hierarchical`]; `None`: `LOCAL_WORLD_SIZE`.
+    per_node: Option<usize>,
     seq: u32,
     sent: Vec<u32>,
     received: Vec<u32>,
@@ -111,6 +113,7 @@ impl ReferenceComm {
                 t,
                 algo,
                 plug: None,
+                per_node: None,
                 seq: 0,
                 sent: vec![0; world],
                 received: vec![0; world],
@@ -153,6 +156,16 @@ impl ReferenceComm {
     pub fn set_algo(&self, algo: Algo) {
         if let Ok(mut g) = self.inner.lock() {
             g.algo = algo;
+        }
+    }
+
+    /// Nodes of `per_node` consecutive ranks for [`Algo::Hierarchical`]
+    /// (`None`: the launcher's `LOCAL_WORLD_SIZE`, see
+    /// [`hierarchical::per_node_from_env`]). Every rank must say the same;
+    /// thread ranks use it to play several nodes on one host.
+    pub fn set_per_node(&self, per_node: Option<usize>) {
+        if let Ok(mut g) = self.inner.lock() {
+            g.per_node = per_node;
         }
     }
 
@@ -311,6 +324,15 @@ impl Communicator for ReferenceComm {
                 out.copy_from_slice(work);
                 return Ok(());
             }
+            // Before the agreement round: a bad layout fails every rank alike.
+            let per_node = match (algo, g.per_node) {
+                (Algo::Hierarchical, Some(k)) => k,
+                (Algo::Hierarchical, None) => hierarchical::per_node_from_env(n)?,
+                _ => n,
+            };
+            if algo == Algo::Hierarchical {
+                hierarchical::check_layout(n, per_node)?;
+            }
             g.agree(tag)?;
             if let Some(s) = src {
                 out.copy_from_slice(s);
@@ -319,6 +341,7 @@ impl Communicator for ReferenceComm {
             let mut p = TaggedTransport { t: t.as_mut(), tag };
             match algo {
                 Algo::Ring => ring::all_reduce(&mut p, out, dtype, op)?,
+                Algo::Hierarchical => hierarchical::all_reduce(&mut p, out, dtype, op, per_node)?,
                 Algo::HalvingDoubling => {
                     halving_doubling::all_reduce(&mut p, out, area(scratch, bytes), dtype, op)?
                 }

@@ -86,7 +86,7 @@ pub struct ConnectArgs {
     #[arg(long, default_value = "auto", env = "RINGSIDE_TRANSPORT", value_parser = parse_transport)]
     pub transport: TransportKind,
     /// all_reduce algorithm: auto, ring, halving-doubling, recursive-doubling,
-    /// tree (reference backend); auto, ring, ring-chunked, halving-doubling,
+    /// tree, hierarchical (reference backend; nodes of LOCAL_WORLD_SIZE ranks); auto, ring, ring-chunked, halving-doubling,
     /// bcube (Gloo; others mean auto).
     #[arg(long, default_value = "auto", env = "RINGSIDE_ALGO", value_parser = parse_algo)]
     pub algo: Algo,
@@ -228,7 +228,7 @@ pub fn parse_algo(s: &str) -> Result<Algo, String> {
     Algo::parse(s).ok_or_else(|| {
         format!(
             "unknown algorithm {s:?} (auto, ring, halving-doubling, recursive-doubling, tree, \
-             ring-chunked, bcube)"
+             hierarchical, ring-chunked, bcube)"
         )
     })
 }

@@ -65,6 +65,8 @@ pub fn start(nproc: usize, timeout: Duration) -> Result<Start> {
 /// refuses it, and multi-node jobs over the reference backend failed so).
 pub fn options(rdv: &Rendezvous) -> Result<Options> {
     let mut opts = Options::new(rdv.info.token.bytes())?;
+    // Whichever launcher said it: nodes for `--algo hierarchical`.
+    opts.per_node = Some(rdv.info.local_world_size);
     let loopback = rdv.info.master_addr == "localhost"
         || rdv
             .info

@@ -8,8 +8,14 @@
 //! the same N ranks on one host `<backend>-tcp@1host-<N>ranks`; lab 9 reads the newest
 //! run's records by that convention. (The form had a link latency too:
 //! this kernel has no `sch_netem`, so links are shaped in bandwidth only.)
+//!
+//! The optional stretch goal, a hierarchical all-reduce, is the learner's
+//! `src/stretch.rs`, compiled only by its own check `tests/stretch.rs`;
+//! [`hierarchical`] judges it, and its solution is the reference backend's
+//! `collectives::algorithms::hierarchical::all_reduce` (`--algo hierarchical`).
 
 pub mod exercise;
+pub mod hierarchical;
 
 use std::time::Duration;
 

@@ -220,7 +220,7 @@ impl GlooAlgo {
             Algo::RingChunked => GlooAlgo::RingChunked,
             Algo::HalvingDoubling => GlooAlgo::HalvingDoubling,
             Algo::Bcube => GlooAlgo::Bcube,
-            Algo::RecursiveDoubling | Algo::Tree => GlooAlgo::Default,
+            Algo::RecursiveDoubling | Algo::Tree | Algo::Hierarchical => GlooAlgo::Default,
             Algo::Auto => match std::env::var("RINGSIDE_GLOO_ALGO") {
                 Ok(s) => GlooAlgo::parse(&s).ok_or_else(|| {
                     Error::InvalidArgument(format!(
