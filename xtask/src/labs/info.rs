@@ -377,7 +377,8 @@ hints = ["Who adds?"]
         labs[0].require(Part::Main).unwrap();
     }
 
-    /// The real file parses, and every lab in it has its folder and learner's file.
+    /// The real file parses, and every lab in it has its folder, learner's file
+    /// and stretch goal.
     #[test]
     fn the_workspace_labs_exist() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
@@ -386,6 +387,12 @@ hints = ["Who adds?"]
         for lab in &labs {
             let exercise = lab.file(root, Part::Main);
             assert!(exercise.is_file(), "{}", lab.file_rel(Part::Main));
+            // Every lab offers whoever finishes early a stretch goal (issue 24).
+            assert!(
+                lab.stretch.is_some(),
+                "lab {} has no [lab.stretch]",
+                lab.number
+            );
             if lab.stretch.is_some() {
                 // A stretch goal has its learner's file, its check, and its
                 // section at the end of the chapter.
