@@ -8,6 +8,7 @@
 //! that receives a message from a peer that called something else fails with
 //! [`Error::Mismatch`] at once instead of reducing garbage.
 
+pub mod observed;
 pub mod shm;
 pub mod tcp;
 

@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use collectives::algorithms::plug::Plug;
 use collectives::algorithms::{TaggedTransport, sub_mod, tree};
-use collectives::transport::{Sink, Tag, Transport, TransportKind, WaitWatch};
+use collectives::transport::TransportKind;
+use collectives::transport::observed::Observed;
 use collectives::{BufferMut, DType, Input, ReduceOp, Result, plug_check, thread_ranks};
 use labkit::LabError;
 
@@ -46,44 +47,6 @@ pub struct Sent {
     pub left: usize,
 }
 
-/// The backend's transport with every sent byte counted by direction.
-struct Counting<'a> {
-    inner: &'a mut dyn Transport,
-    sent: Sent,
-}
-
-impl Transport for Counting<'_> {
-    fn rank(&self) -> usize {
-        self.inner.rank()
-    }
-    fn world_size(&self) -> usize {
-        self.inner.world_size()
-    }
-    fn exchange(
-        &mut self,
-        tag: &Tag,
-        send: Option<(usize, &[u8])>,
-        recv: Option<(usize, Sink<'_>)>,
-    ) -> Result<()> {
-        if let Some((to, data)) = send {
-            let (r, n) = (self.rank(), self.world_size());
-            // On 2 ranks both neighbours are one rank: counted as right.
-            if to == (r + 1) % n {
-                self.sent.right += data.len();
-            } else if to == sub_mod(r, 1, n) {
-                self.sent.left += data.len();
-            }
-        }
-        self.inner.exchange(tag, send, recv)
-    }
-    fn abort(&mut self, reason: &str) {
-        self.inner.abort(reason)
-    }
-    fn set_watch(&mut self, watch: Option<Arc<dyn WaitWatch>>) {
-        self.inner.set_watch(watch)
-    }
-}
-
 /// `f` in the reference backend's slot (broadcast: the backend's own tree),
 /// remembering what each rank's last all_reduce sent.
 struct Stretch {
@@ -102,24 +65,31 @@ impl Plug for Stretch {
         dtype: DType,
         op: ReduceOp,
     ) -> Result<()> {
-        let (rank, tag) = (p.rank(), p.tag);
-        let mut counting = Counting {
-            inner: &mut *p.t,
-            sent: Sent::default(),
+        let (rank, n, tag) = (p.rank(), p.world(), p.tag);
+        let mut sent_now = Sent::default();
+        let done = {
+            let mut counting = Observed::new(&mut *p.t, |to, bytes| {
+                // On 2 ranks both neighbours are one rank: counted as right.
+                if to == (rank + 1) % n {
+                    sent_now.right += bytes;
+                } else if to == sub_mod(rank, 1, n) {
+                    sent_now.left += bytes;
+                }
+            });
+            (self.f)(
+                &mut TaggedTransport {
+                    t: &mut counting,
+                    tag,
+                },
+                buf,
+                dtype,
+                op,
+            )
         };
-        let done = (self.f)(
-            &mut TaggedTransport {
-                t: &mut counting,
-                tag,
-            },
-            buf,
-            dtype,
-            op,
-        );
         // A poisoned lock means another rank panicked; its panic is the verdict.
         if let Ok(mut sent) = self.sent.lock() {
             if let Some(s) = sent.get_mut(rank) {
-                *s = counting.sent;
+                *s = sent_now;
             }
         }
         done

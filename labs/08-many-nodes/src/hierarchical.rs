@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use collectives::algorithms::plug::Plug;
 use collectives::algorithms::{TaggedTransport, ring, tree};
-use collectives::transport::{Sink, Tag, Transport, TransportKind, WaitWatch};
+use collectives::transport::TransportKind;
+use collectives::transport::observed::Observed;
 use collectives::{BufferMut, DType, Input, ReduceOp, Result, thread_ranks};
 use labkit::{LabError, named};
 
@@ -50,42 +51,6 @@ pub struct Crossed {
     pub first_peer: Option<usize>,
 }
 
-/// The backend's transport with every byte sent to another node counted.
-struct Counting<'a> {
-    inner: &'a mut dyn Transport,
-    per_node: usize,
-    crossed: Crossed,
-}
-
-impl Transport for Counting<'_> {
-    fn rank(&self) -> usize {
-        self.inner.rank()
-    }
-    fn world_size(&self) -> usize {
-        self.inner.world_size()
-    }
-    fn exchange(
-        &mut self,
-        tag: &Tag,
-        send: Option<(usize, &[u8])>,
-        recv: Option<(usize, Sink<'_>)>,
-    ) -> Result<()> {
-        if let Some((to, data)) = send {
-            if to / self.per_node != self.rank() / self.per_node {
-                self.crossed.bytes += data.len();
-                self.crossed.first_peer.get_or_insert(to);
-            }
-        }
-        self.inner.exchange(tag, send, recv)
-    }
-    fn abort(&mut self, reason: &str) {
-        self.inner.abort(reason)
-    }
-    fn set_watch(&mut self, watch: Option<Arc<dyn WaitWatch>>) {
-        self.inner.set_watch(watch)
-    }
-}
-
 /// `f` with `per_node` in the reference backend's slot (broadcast: the
 /// backend's own tree), remembering what each rank's last all_reduce sent
 /// across node boundaries.
@@ -106,26 +71,30 @@ impl Plug for Stretch {
         dtype: DType,
         op: ReduceOp,
     ) -> Result<()> {
-        let (rank, tag) = (p.rank(), p.tag);
-        let mut counting = Counting {
-            inner: &mut *p.t,
-            per_node: self.per_node,
-            crossed: Crossed::default(),
+        let (rank, tag, per_node) = (p.rank(), p.tag, self.per_node);
+        let mut crossed_now = Crossed::default();
+        let done = {
+            let mut counting = Observed::new(&mut *p.t, |to, bytes| {
+                if to / per_node != rank / per_node {
+                    crossed_now.bytes += bytes;
+                    crossed_now.first_peer.get_or_insert(to);
+                }
+            });
+            (self.f)(
+                &mut TaggedTransport {
+                    t: &mut counting,
+                    tag,
+                },
+                buf,
+                dtype,
+                op,
+                per_node,
+            )
         };
-        let done = (self.f)(
-            &mut TaggedTransport {
-                t: &mut counting,
-                tag,
-            },
-            buf,
-            dtype,
-            op,
-            self.per_node,
-        );
         // A poisoned lock means another rank panicked; its panic is the verdict.
         if let Ok(mut crossed) = self.crossed.lock() {
             if let Some(c) = crossed.get_mut(rank) {
-                *c = counting.crossed;
+                *c = crossed_now;
             }
         }
         done
