@@ -3,6 +3,7 @@
 
 use super::*;
 use collectives::algorithms::{partition, ring, split_pair};
+use collectives::transport::Sink;
 
 fn message(f: AllReduce) -> String {
     check(f).unwrap_err().to_string()
