@@ -172,8 +172,15 @@ impl Metrics {
         self.bar = Some(bar);
     }
 
-    /// Records a step: moves the bar and, every `n` steps, writes a line.
+    /// Records a step that ended now: moves the bar and, every `n` steps,
+    /// writes a line.
     pub fn step(&mut self, rec: &StepRecord) -> Result<()> {
+        self.step_at(rec, Instant::now())
+    }
+
+    /// Records a step that ended at `ended` (read back later, as
+    /// [`crate::train::pending`] does): its line's `wall_s` is that moment's.
+    pub fn step_at(&mut self, rec: &StepRecord, ended: Instant) -> Result<()> {
         if let Some(bar) = &self.bar {
             bar.inc(1);
             bar.set_message(format!(
@@ -184,7 +191,8 @@ impl Metrics {
             ));
         }
         if self.every > 0 && rec.step % self.every == 0 {
-            self.write("step", rec)?;
+            let wall_s = ended.saturating_duration_since(self.start).as_secs_f64();
+            self.write_at("step", rec, wall_s)?;
         }
         Ok(())
     }
@@ -230,6 +238,10 @@ impl Metrics {
 
     fn write<T: Serialize>(&mut self, kind: &str, record: &T) -> Result<()> {
         let wall_s = self.wall_s();
+        self.write_at(kind, record, wall_s)
+    }
+
+    fn write_at<T: Serialize>(&mut self, kind: &str, record: &T, wall_s: f64) -> Result<()> {
         let Some((path, w)) = &mut self.out else {
             return Ok(());
         };

@@ -38,6 +38,7 @@ use crate::sampler::{DistributedSampler, Tail};
 use crate::{Error, Result};
 
 pub mod baseline;
+pub mod pending;
 pub mod phases;
 pub mod step;
 
@@ -121,7 +122,7 @@ impl Tally {
 
     /// Adds examples given their losses and how many of them were predicted
     /// correctly: the exact, integer part of [`add_batch`](Self::add_batch).
-    fn add_examples(&mut self, losses: &[f64], hits: u64) {
+    pub(crate) fn add_examples(&mut self, losses: &[f64], hits: u64) {
         let scale = f64::from(LOSS_FRACTION_BITS).exp2();
         for &l in losses {
             if !l.is_finite() {

@@ -20,11 +20,12 @@ use trainers::checkpoint::{self, TrainState};
 use trainers::data::{self, DataArgs, Dataset, Split};
 use trainers::ddp::{Ddp, DdpOptions, StageSplit};
 use trainers::lr::{LrSchedule, Scaling};
-use trainers::metrics::{EpochRecord, Metrics, StepRecord};
+use trainers::metrics::{EpochRecord, Metrics};
 use trainers::models::Arch;
 use trainers::optim::{Sgd, SgdConfig};
 use trainers::sampler::DistributedSampler;
 use trainers::timeline::{self, TID_COMPUTE};
+use trainers::train::pending::Pending;
 use trainers::train::phases::{Phase, PhaseClock, PhaseTimes};
 use trainers::train::step::{Batch, SgdStep, TrainStep};
 use trainers::train::{self, Tally};
@@ -33,6 +34,11 @@ use trainers::train::{self, Tally};
 ///
 /// Gradients are averaged across ranks in buckets (1 MiB first, then
 /// --bucket-cap-mb), started from autograd hooks during the one backward.
+/// Steps whose loss and accuracy stay on the device before they are read back
+/// together (one wait for the device per 16 steps, not three per step); the
+/// progress bar and the step records follow them 16 steps late at most.
+const PENDING_STEPS: usize = 16;
+
 #[derive(Debug, Parser)]
 #[command(name = "ringside-train", version, about, long_about = None)]
 #[command(mut_arg("backend", |a| a.help("Backend: reference, gloo, mpi or nccl (nccl trains on CUDA)")))]
@@ -349,6 +355,7 @@ fn run(
             done,
         );
         let mut tally = Tally::new();
+        let mut pending = Pending::new();
         let epoch_start = Instant::now();
         let mut b = skip;
         while b + args.accumulate <= batches.len() {
@@ -360,8 +367,6 @@ fn run(
             // the warm-up where it was.
             lr = schedule.lr_at(state.step);
             opt.set_lr(lr)?;
-            let mut loss = 0.0;
-            let (count0, correct0) = (tally.count(), tally.correct());
             for micro in 0..args.accumulate {
                 let batch = clock.time(Phase::Data, || -> anyhow::Result<Batch> {
                     let (x, y) = train_set.batch(batches[b + micro])?;
@@ -377,10 +382,10 @@ fn run(
                 } else {
                     step_fn.forward_backward(&mut ddp, &batch, &mut clock)?
                 };
-                // The epoch's training loss and accuracy (a few argmaxes of
-                // 64×10: noise next to the step).
-                tally.add_batch(&out.logits, &batch.y)?;
-                loss += out.loss.f_double_value(&[])?;
+                // The step's and the epoch's loss and accuracy (a few argmaxes
+                // of 64×10: noise next to the step), left on the device: read
+                // back every PENDING_STEPS steps, so the loop never waits for it.
+                pending.add_micro(&out.loss, &out.logits, &batch.y)?;
             }
             if let Some(max) = args.clip {
                 let t = Instant::now();
@@ -404,8 +409,6 @@ fn run(
                     );
                 }
             }
-            let seen = (tally.count() - count0).max(1);
-            let acc = (tally.correct() - correct0) as f64 / seen as f64;
             b += args.accumulate;
             state.step += 1;
             state.batch_in_epoch = b as u64;
@@ -415,14 +418,15 @@ fn run(
                 timed_steps += 1;
                 timed_samples += global_batch;
             }
-            metrics.step(&StepRecord {
-                epoch,
-                step: state.step,
-                loss,
-                accuracy: acc,
-                samples_per_s: global_batch / dt,
-                lr,
-            })?;
+            pending.end_step(epoch, state.step, lr, global_batch / dt);
+            if pending.len() >= PENDING_STEPS {
+                for (rec, ended) in pending.drain(&mut tally)? {
+                    metrics.step_at(&rec, ended)?;
+                }
+            }
+        }
+        for (rec, ended) in pending.drain(&mut tally)? {
+            metrics.step_at(&rec, ended)?;
         }
         let epoch_s = epoch_start.elapsed().as_secs_f64();
         let epoch_done = b + args.accumulate > batches.len();
