@@ -10,15 +10,13 @@
 //! Then the conformance suite on 2 to 4 ranks.
 
 use labkit::named;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use collectives::algorithms::plug::Plug;
 use collectives::algorithms::{TaggedTransport, sub_mod, tree};
-use collectives::transport::TransportKind;
 use collectives::transport::observed::Observed;
-use collectives::{BufferMut, DType, Input, ReduceOp, Result, plug_check, thread_ranks};
+use collectives::{DType, ReduceOp, Result, plug_check};
 use labkit::LabError;
 
 /// A bidirectional all-reduce, as `stretch::all_reduce` (so a test can hand in
@@ -112,31 +110,7 @@ fn probe(f: AllReduce) -> std::result::Result<Probed, String> {
         f,
         sent: Mutex::new(vec![Sent::default(); RING]),
     });
-    let slot: Arc<dyn Plug> = plug.clone();
-    let ran = catch_unwind(AssertUnwindSafe(|| {
-        thread_ranks::with_ranks(RING, TransportKind::Shm, WAIT, |rank, comm| {
-            comm.plug(Some(slot.clone()));
-            let mut v: Vec<f64> = (0..COUNT).map(|i| value(rank, i)).collect();
-            collectives::Communicator::all_reduce(
-                &comm,
-                Input::InPlace,
-                &mut BufferMut::from_slice(&mut v),
-                ReduceOp::Sum,
-            )
-            .map(|()| v)
-            .map_err(|e| e.to_string())
-        })
-    }));
-    let outcomes = match ran {
-        Ok(Ok(o)) => o,
-        Ok(Err(e)) => return Err(e.to_string()),
-        Err(panic) => {
-            return Err(labkit::panic_message(&*panic));
-        }
-    };
-    let values = outcomes
-        .into_iter()
-        .collect::<std::result::Result<_, _>>()?;
+    let values = labkit::plugged::sum_through(plug.clone(), RING, WAIT, COUNT, value)?;
     let sent = plug.sent.lock().map(|s| s.clone()).unwrap_or_default();
     Ok(Probed { values, sent })
 }

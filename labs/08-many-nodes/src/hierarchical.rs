@@ -12,15 +12,13 @@
 //! runs through the same layer, and the hierarchical one must send fewer.
 //! Every wait is bounded by [`WAIT`]: a deadlock is an error within seconds.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use collectives::algorithms::plug::Plug;
 use collectives::algorithms::{TaggedTransport, ring, tree};
-use collectives::transport::TransportKind;
 use collectives::transport::observed::Observed;
-use collectives::{BufferMut, DType, Input, ReduceOp, Result, thread_ranks};
+use collectives::{DType, ReduceOp, Result};
 use labkit::{LabError, named};
 
 /// A hierarchical all-reduce, as `stretch::all_reduce` and
@@ -130,29 +128,7 @@ fn probe(f: AllReduce, nodes: usize, per_node: usize) -> std::result::Result<Pro
         per_node,
         crossed: Mutex::new(vec![Crossed::default(); world]),
     });
-    let slot: Arc<dyn Plug> = plug.clone();
-    let ran = catch_unwind(AssertUnwindSafe(|| {
-        thread_ranks::with_ranks(world, TransportKind::Shm, WAIT, |rank, comm| {
-            comm.plug(Some(slot.clone()));
-            let mut v: Vec<i64> = (0..COUNT).map(|i| value(rank, i)).collect();
-            collectives::Communicator::all_reduce(
-                &comm,
-                Input::InPlace,
-                &mut BufferMut::from_slice(&mut v),
-                ReduceOp::Sum,
-            )
-            .map(|()| v)
-            .map_err(|e| e.to_string())
-        })
-    }));
-    let outcomes = match ran {
-        Ok(Ok(o)) => o,
-        Ok(Err(e)) => return Err(e.to_string()),
-        Err(panic) => return Err(labkit::panic_message(&*panic)),
-    };
-    let values = outcomes
-        .into_iter()
-        .collect::<std::result::Result<_, _>>()?;
+    let values = labkit::plugged::sum_through(plug.clone(), world, WAIT, COUNT, value)?;
     let crossed = plug.crossed.lock().map(|c| c.clone()).unwrap_or_default();
     Ok(Probed { values, crossed })
 }

@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 
 pub mod limits;
+pub mod plugged;
 mod run;
 pub mod testing;
 
