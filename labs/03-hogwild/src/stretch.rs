@@ -19,8 +19,8 @@
 //! autograd.
 //!
 //! **What the check proves** (`cargo lab check 3 --stretch`): one worker after
-//! 3 local steps: the shared numbers are the snapshot plus the delta, bit for
-//! bit (the check redoes the same arithmetic in the same order), and the
+//! 3 local steps: the shared numbers are the snapshot plus the delta (to a few
+//! units in the last place: the check redoes the arithmetic), and the
 //! private copy and snapshot were re-taken; two workers from one snapshot: both
 //! deltas land; a second push with no new steps adds nothing. It names a copy
 //! that overwrites the other worker's delta, a snapshot that was not re-taken
