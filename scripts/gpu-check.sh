@@ -148,6 +148,34 @@ gpu_count() {
     echo "${n:-0}"
 }
 
+# Lab 2's cuda:0 samples/s (its log's "cuda:0: ... N samples/s" line) against
+# every eager round at lab 2's default batch of 64.
+lab2_vs_eager() {
+    local out=$1 lab2
+    lab2=$(sed -n 's/^cuda:0: .*, \([0-9.]*\) samples\/s$/\1/p' "$out/lab02-baseline.log" 2>/dev/null | tail -n1)
+    if [ -z "$lab2" ]; then
+        echo "no cuda:0 line in lab02-baseline.log"
+        return
+    fi
+    "$python" - "$lab2" "$out"/train/eager-b64-r*.json <<'PY'
+import json, sys
+lab2 = float(sys.argv[1])
+eager = []
+for path in sys.argv[2:]:
+    try:
+        with open(path) as f:
+            eager.append(json.loads(f.read())["samples_per_s"])
+    except (OSError, ValueError, KeyError):
+        pass
+if not eager:
+    print(f"lab 2 on cuda:0: {lab2:,.0f} samples/s; no eager run at batch 64 to compare with")
+else:
+    ratios = " / ".join(f"{lab2 / e:.2f}" for e in eager)
+    runs = " / ".join(f"{e:,.0f}" for e in eager)
+    print(f"lab 2 on cuda:0: {lab2:,.0f} samples/s; PyTorch eager {runs}; ratio {ratios}")
+PY
+}
+
 run_checks() {
     local out=$1
     shift
@@ -296,6 +324,10 @@ PY
         echo "## ringside-train against PyTorch on one GPU (samples/s, one value per round)"
         echo
         echo "$table"
+        echo
+        echo "## Lab 2's GPU step against PyTorch eager (batch 64, samples/s)"
+        echo
+        lab2_vs_eager "$out"
         echo
         echo "## Lab 5: GPipe's bubble against the model"
         echo

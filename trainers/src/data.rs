@@ -203,7 +203,26 @@ impl Dataset {
             )));
         }
         let as_i64: Vec<i64> = indices.iter().map(|&i| i as i64).collect();
-        Ok(Tensor::f_from_slice(&as_i64)?.f_to_device(self.labels.device())?)
+        to_device_queued(&Tensor::f_from_slice(&as_i64)?, self.labels.device())
+    }
+}
+
+/// `t` moved to `device`. From the host to a GPU the copy goes through pinned
+/// (page-locked) memory and is queued on the device's stream like a kernel, as
+/// PyTorch's `DataLoader(pin_memory=True)` and `.to(device, non_blocking=True)`
+/// do: the host goes on queueing work. (A plain `.to(device)` from pageable memory
+/// waits for the device to finish everything queued before it: a host sync on
+/// every batch.) Anywhere else, an ordinary move.
+pub fn to_device_queued(t: &Tensor, device: Device) -> Result<Tensor> {
+    if device.is_cuda() && t.device() == Device::Cpu {
+        // The pinned buffer is freed when the returned tensor's source drops;
+        // libtorch's pinned-memory cache keeps it until the queued copy is done.
+        // `_pin_memory`, not `pin_memory`: tch passes `pin_memory` a device,
+        // which libtorch 2.11 warns about on every call.
+        Ok(t.f_internal_pin_memory(device)?
+            .f_to_device_(device, t.f_kind()?, true, false)?)
+    } else {
+        Ok(t.f_to_device(device)?)
     }
 }
 

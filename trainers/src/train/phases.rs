@@ -126,33 +126,66 @@ pub struct PhaseSpan {
 ///
 /// On a CUDA device kernels run asynchronously: a forward pass "returns" as soon
 /// as its kernels are queued, and the time shows up wherever the host next waits.
-/// So on CUDA the clock synchronises the device at the end of every phase, and
-/// each phase gets the time its own kernels took.
+/// So on CUDA the clock synchronises the device at the end of every phase of a
+/// timed step, and each phase gets the time its own kernels took.
+///
+/// Those waits cost: while the host waits, it queues nothing, and the device
+/// idles while the host then queues the next phase. A small model is bound by
+/// how fast the host queues kernels, so waiting four times a step can cost a
+/// third of the throughput. [`sampled`](Self::sampled) times one step in `n` on
+/// CUDA and lets the others run without a wait; [`new`](Self::new) times every
+/// step (lab 2, whose lesson is the split itself). On the CPU nothing is
+/// asynchronous and every step is timed either way.
 #[derive(Debug, Clone)]
 pub struct PhaseClock {
     cuda: Option<usize>,
+    /// Time one step in `every` (CUDA only; 1 = every step).
+    every: usize,
+    /// Steps closed so far, timed or not.
+    closed: usize,
     current: PhaseTimes,
+    /// The timed steps: their index among all steps, and their times.
     steps: Vec<PhaseTimes>,
+    indices: Vec<usize>,
     spans: Vec<PhaseSpan>,
 }
 
 impl PhaseClock {
-    /// A clock for steps running on `device`.
+    /// A clock for steps running on `device` that times every step.
     pub fn new(device: Device) -> PhaseClock {
+        PhaseClock::sampled(device, 1)
+    }
+
+    /// A clock for steps running on `device` that, on CUDA, times one step in
+    /// `every` (steps 0, `every`, 2·`every`, …) and leaves the device alone on
+    /// the others. `every` of 0 counts as 1.
+    pub fn sampled(device: Device, every: usize) -> PhaseClock {
+        let cuda = match device {
+            Device::Cuda(i) => Some(i),
+            _ => None,
+        };
         PhaseClock {
-            cuda: match device {
-                Device::Cuda(i) => Some(i),
-                _ => None,
-            },
+            cuda,
+            every: if cuda.is_some() { every.max(1) } else { 1 },
+            closed: 0,
             current: PhaseTimes::default(),
             steps: Vec::new(),
+            indices: Vec::new(),
             spans: Vec::new(),
         }
     }
 
-    /// Runs `work` as (part of) `phase` of the current step and adds its time,
-    /// device work included.
+    /// Whether the current step is timed.
+    pub fn timing(&self) -> bool {
+        self.closed % self.every == 0
+    }
+
+    /// Runs `work` as (part of) `phase` of the current step and, when the step is
+    /// timed, adds its time, device work included.
     pub fn time<R>(&mut self, phase: Phase, work: impl FnOnce() -> R) -> R {
+        if !self.timing() {
+            return work();
+        }
         let start = Instant::now();
         let out = work();
         self.sync();
@@ -161,8 +194,11 @@ impl PhaseClock {
     }
 
     /// Adds the interval `start..end` to `phase` of the current step (for work
-    /// timed elsewhere).
+    /// timed elsewhere), when the step is timed.
     pub fn record(&mut self, phase: Phase, start: Instant, end: Instant) {
+        if !self.timing() {
+            return;
+        }
         self.current
             .add(phase, end.saturating_duration_since(start).as_secs_f64());
         self.spans.push(PhaseSpan { phase, start, end });
@@ -180,22 +216,37 @@ impl PhaseClock {
         self.current
     }
 
-    /// Closes the current step and returns its times.
+    /// Closes the current step and returns its times (zeros for a step not timed).
     pub fn end_step(&mut self) -> PhaseTimes {
         let t = std::mem::take(&mut self.current);
-        self.steps.push(t);
+        if self.timing() {
+            self.steps.push(t);
+            self.indices.push(self.closed);
+        }
+        self.closed += 1;
         t
     }
 
-    /// Every closed step's times, in order.
+    /// Every timed step's times, in order.
     pub fn steps(&self) -> &[PhaseTimes] {
         &self.steps
     }
 
-    /// Per phase, the median over the closed steps after the first `skip`
+    /// Per phase, the median over the timed steps after the first `skip` steps
     /// (warm-up: the first steps allocate and pick kernels).
     pub fn median(&self, skip: usize) -> PhaseTimes {
-        PhaseTimes::median(self.steps.get(skip..).unwrap_or_default())
+        let from = self.indices.partition_point(|&k| k < skip);
+        PhaseTimes::median(&self.steps[from..])
+    }
+
+    /// How many timed steps [`median`](Self::median)`(skip)` takes.
+    pub fn timed_after(&self, skip: usize) -> usize {
+        self.steps.len() - self.indices.partition_point(|&k| k < skip)
+    }
+
+    /// One step in how many is timed (1 on the CPU).
+    pub fn every(&self) -> usize {
+        self.every
     }
 
     /// The spans recorded since the last call (for a trace), oldest first.
@@ -261,5 +312,46 @@ mod tests {
             [Phase::Forward, Phase::Data, Phase::Data]
         );
         assert!(clock.take_spans().is_empty());
+    }
+
+    #[test]
+    fn a_sampled_clock_times_one_cuda_step_in_n_and_every_cpu_step() {
+        // Only `record` and `end_step` here: they never touch the device, so the
+        // CUDA clock's bookkeeping is testable without a GPU.
+        let mut clock = PhaseClock::sampled(Device::Cuda(0), 4);
+        assert_eq!(clock.every(), 4);
+        let t0 = Instant::now();
+        let mut timed = Vec::new();
+        for k in 0..10u64 {
+            timed.push(clock.timing());
+            clock.record(Phase::Backward, t0, t0 + Duration::from_millis(k + 1));
+            let step = clock.end_step();
+            assert_eq!(step.get(Phase::Backward) > 0.0, k % 4 == 0, "step {k}");
+        }
+        assert_eq!(
+            timed,
+            [
+                true, false, false, false, true, false, false, false, true, false
+            ]
+        );
+        // Steps 0, 4 and 8 took 1, 5 and 9 ms.
+        assert_eq!(clock.steps().len(), 3);
+        assert_eq!(clock.take_spans().len(), 3);
+        assert!((clock.median(0).get(Phase::Backward) - 0.005).abs() < 1e-9);
+        // A warm-up of 3 steps skips step 0 only; of 5, steps 0 and 4.
+        assert_eq!(clock.timed_after(3), 2);
+        assert!((clock.median(3).get(Phase::Backward) - 0.007).abs() < 1e-9);
+        assert_eq!(clock.timed_after(5), 1);
+        assert_eq!(clock.timed_after(20), 0);
+        assert_eq!(clock.median(20), PhaseTimes::default());
+
+        let mut cpu = PhaseClock::sampled(Device::Cpu, 4);
+        assert_eq!(cpu.every(), 1);
+        for _ in 0..3 {
+            assert!(cpu.timing());
+            cpu.record(Phase::Data, t0, t0 + Duration::from_millis(1));
+            cpu.end_step();
+        }
+        assert_eq!(cpu.steps().len(), 3);
     }
 }
