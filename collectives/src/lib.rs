@@ -39,6 +39,7 @@ pub mod flight;
 pub mod job;
 pub mod launch;
 pub mod plug_check;
+pub mod queued;
 pub mod rendezvous;
 mod sys;
 pub mod testing;

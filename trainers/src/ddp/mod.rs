@@ -129,6 +129,17 @@ struct Done {
     result: Result<()>,
     start: Instant,
     end: Instant,
+    /// Whether a [`Msg::Queued`] for it came first.
+    queued: bool,
+}
+
+/// What the communicator thread says of a bucket.
+enum Msg {
+    /// The reduction is queued on the bucket's device, not finished: device work
+    /// queued from now on runs after it (see [`collectives::queued`]).
+    Queued { step: usize, bucket: usize },
+    /// The reduction is over, with its result.
+    Done(Done),
 }
 
 /// A model replica that keeps its gradients in sync with the other ranks'.
@@ -155,7 +166,10 @@ pub struct Ddp {
     cuts: Vec<String>,
     rank: usize,
     world_size: usize,
-    done_rx: mpsc::Receiver<Done>,
+    done_rx: mpsc::Receiver<Msg>,
+    /// Buckets (step, bucket) copied back once queued on the device whose
+    /// reduction has not reported its end yet (see [`Ddp::settle`]).
+    unsettled: Vec<(usize, usize)>,
     timeline: Timeline,
     require_sync: bool,
     broadcast_buffers: bool,
@@ -327,6 +341,7 @@ impl Ddp {
             rank,
             world_size,
             done_rx,
+            unsettled: Vec::new(),
             timeline: Timeline::new(rank).with_event_steps(opts.timeline_steps),
             require_sync: true,
             broadcast_buffers: opts.broadcast_buffers,
@@ -371,6 +386,7 @@ impl Ddp {
         &mut self,
         f: impl FnOnce(&Stage, &dyn Communicator) -> R,
     ) -> Result<R> {
+        self.settle()?;
         let thread = self.comm.take().ok_or_else(|| {
             Error::InvalidArgument("the communicator thread has stopped after an error".into())
         })?;
@@ -558,52 +574,51 @@ impl Ddp {
         self.backward_passes
     }
 
-    /// Waits for every bucket of this step and copies the averages back.
+    /// Waits for every bucket of this step and copies the averages back: as soon
+    /// as its reduction is queued on the device where the backend says so (the
+    /// copy is device work ordered after it, so the host need not wait for the
+    /// device), else once it is done. Reductions that were only queued report
+    /// their end later: here in a later step, or in [`settle`](Self::settle).
     fn wait_buckets(&mut self, wait_start: Instant) -> Result<()> {
-        let mut left = self.buckets.len();
+        let mut copied = vec![false; self.buckets.len()];
+        let mut left = copied.len();
         let mut first_error = None;
         while left > 0 {
-            let done = match self.done_rx.recv_timeout(self.timeout) {
-                Ok(d) => d,
-                Err(_) => {
-                    return Err(collectives::Error::Timeout {
-                        what: format!(
-                            "rank {}: {left} gradient bucket(s) of step {}",
-                            self.rank(),
-                            self.step
-                        ),
-                        after: self.timeout,
+            let bucket = match self.next_msg(left)? {
+                Msg::Queued { step, bucket } if step == self.step && !copied[bucket] => {
+                    self.unsettled.push((step, bucket));
+                    bucket
+                }
+                Msg::Queued { .. } => continue,
+                Msg::Done(done) => {
+                    let (step, bucket, queued) = (done.step, done.bucket, done.queued);
+                    let failed = self.finished(done);
+                    if step != self.step || copied[bucket] || queued && failed.is_none() {
+                        // A reduction queued earlier (its error, if any, counts),
+                        // or leftovers of a step that failed half-way.
+                        if let Some(e) = failed.filter(|_| queued) {
+                            first_error.get_or_insert(e);
+                        }
+                        continue;
                     }
-                    .into());
+                    if let Some(e) = failed {
+                        first_error.get_or_insert(e);
+                        copied[bucket] = true;
+                        left -= 1;
+                        continue;
+                    }
+                    bucket
                 }
             };
-            // Leftovers of a step that failed half-way.
-            if done.step != self.step {
-                continue;
-            }
+            copied[bucket] = true;
             left -= 1;
-            let bytes = self.buckets[done.bucket].bytes();
-            let a = args(&[
-                ("bytes", json!(bytes)),
-                ("backend", json!(self.comm()?.backend().name())),
-            ]);
-            let name = format!("all_reduce bucket {}", done.bucket);
+            let t0 = Instant::now();
+            let b = &self.buckets[bucket];
+            let grads = b.gradients_to_fill(&self.params)?;
+            self.sync.unflatten(&b.flat(), &grads)?;
+            let name = format!("copy out bucket {bucket}");
             self.timeline
-                .span(name, "comm", TID_COMM, done.start, done.end, a);
-            match done.result {
-                Ok(()) => {
-                    let t0 = Instant::now();
-                    let bucket = &self.buckets[done.bucket];
-                    let grads = bucket.gradients_to_fill(&self.params)?;
-                    self.sync.unflatten(&bucket.flat(), &grads)?;
-                    let name = format!("copy out bucket {}", done.bucket);
-                    self.timeline
-                        .span(name, "bucket", TID_COMPUTE, t0, Instant::now(), Map::new());
-                }
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
+                .span(name, "bucket", TID_COMPUTE, t0, Instant::now(), Map::new());
         }
         if let Some(e) = first_error {
             return Err(e);
@@ -619,6 +634,64 @@ impl Ddp {
         );
         self.timeline.end_sync(end);
         Ok(())
+    }
+
+    /// The next word from the communicator thread, within the timeout.
+    fn next_msg(&self, left: usize) -> Result<Msg> {
+        self.done_rx.recv_timeout(self.timeout).map_err(|_| {
+            collectives::Error::Timeout {
+                what: format!(
+                    "rank {}: {left} gradient bucket reduction(s) of step {}",
+                    self.rank(),
+                    self.step
+                ),
+                after: self.timeout,
+            }
+            .into()
+        })
+    }
+
+    /// Records a finished reduction on the timeline, and takes it off the
+    /// unsettled list; returns its error, if any.
+    fn finished(&mut self, done: Done) -> Option<Error> {
+        self.unsettled
+            .retain(|&(s, b)| (s, b) != (done.step, done.bucket));
+        let bytes = self.buckets[done.bucket].bytes();
+        let a = args(&[
+            ("bytes", json!(bytes)),
+            (
+                "backend",
+                json!(self.comm.as_ref().map(|c| c.backend().name())),
+            ),
+        ]);
+        let name = format!("all_reduce bucket {}", done.bucket);
+        self.timeline
+            .span(name, "comm", TID_COMM, done.start, done.end, a);
+        done.result.err()
+    }
+
+    /// Waits until every bucket reduction that was copied back when queued on the
+    /// device has ended, and returns the first error among them. A reduction that
+    /// fails after it was queued (a peer lost mid-step) left averages that are not
+    /// averages in the gradients, and the optimizer may have used them: the next
+    /// synchronised step reports it, and so does this. [`with_communicator`]
+    /// (evaluation, checkpoints) and [`into_parts`] call it first, so nothing is
+    /// saved from a step whose reduction failed.
+    ///
+    /// [`with_communicator`]: Self::with_communicator
+    /// [`into_parts`]: Self::into_parts
+    pub fn settle(&mut self) -> Result<()> {
+        let mut first_error = None;
+        while !self.unsettled.is_empty() {
+            let left = self.unsettled.len();
+            if let Msg::Done(done) = self.next_msg(left)? {
+                let queued = self.unsettled.contains(&(done.step, done.bucket));
+                if let Some(e) = self.finished(done).filter(|_| queued) {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Broadcasts `tensors` from `root` in place, on the communicator thread, with
@@ -650,7 +723,8 @@ impl Ddp {
     }
 
     /// Stops the communicator thread and returns the model and the communicator.
-    pub fn into_parts(self) -> Result<(Stage, Box<dyn Communicator>)> {
+    pub fn into_parts(mut self) -> Result<(Stage, Box<dyn Communicator>)> {
+        self.settle()?;
         let model = Stage::join(self.stages)?;
         let comm = self.comm.ok_or_else(|| {
             Error::InvalidArgument("the communicator thread has stopped after an error".into())

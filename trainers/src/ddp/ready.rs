@@ -18,7 +18,7 @@ use std::time::Instant;
 use serde_json::{Map, Value, json};
 use tch::Tensor;
 
-use super::{Done, GradSync};
+use super::{Done, GradSync, Msg};
 use crate::comm::CommThread;
 use crate::timeline::{TID_COMPUTE, Timeline};
 use crate::{Error, Result};
@@ -85,7 +85,7 @@ pub(super) struct Launcher {
     flats: Vec<Tensor>,
     params: Vec<Tensor>,
     sync: Arc<dyn GradSync>,
-    done_tx: mpsc::Sender<Done>,
+    done_tx: mpsc::Sender<Msg>,
     /// The communicator thread, lent by the Ddp for the length of a backward.
     pub(super) comm: Option<CommThread>,
     // This backward:
@@ -116,7 +116,7 @@ impl Launcher {
         bucket_params: Vec<Vec<usize>>,
         flats: Vec<Tensor>,
         sync: Arc<dyn GradSync>,
-        done_tx: mpsc::Sender<Done>,
+        done_tx: mpsc::Sender<Msg>,
     ) -> Launcher {
         let mut stage_size = vec![0; stage_labels.len()];
         for &s in &stage_of {
@@ -240,14 +240,28 @@ impl Launcher {
         comm.submit(move |c| {
             let start = Instant::now();
             let mut t = flat;
-            let result = sync.all_reduce_mean(c, &mut t);
-            let _ = done.send(Done {
+            // A backend that queues the reduction on a device says so before it
+            // waits for it: the Ddp can then copy the averages back (device work,
+            // ordered after the reduction) while the device still reduces.
+            let (result, queued) = if sync.reduces_in_one_call() {
+                let early = done.clone();
+                collectives::queued::when_queued(
+                    move || {
+                        let _ = early.send(Msg::Queued { step, bucket: b });
+                    },
+                    || sync.all_reduce_mean(c, &mut t),
+                )
+            } else {
+                (sync.all_reduce_mean(c, &mut t), false)
+            };
+            let _ = done.send(Msg::Done(Done {
                 step,
                 bucket: b,
                 result,
                 start,
                 end: Instant::now(),
-            });
+                queued,
+            }));
         })?;
         let t1 = Instant::now();
         let mut args = Map::new();

@@ -30,6 +30,16 @@ pub trait GradSync: Send + Sync {
     /// backward finishes bucket b's gradients. Returns the new `next`: buckets
     /// `next..returned` start now. Whatever is left starts after the backward.
     fn ready(&self, stage: usize, ready_stage: &[usize], next: usize) -> Result<usize>;
+    /// Whether [`all_reduce_mean`](Self::all_reduce_mean) is one collective on
+    /// `flat`, in place, with nothing after it. Then, where the backend queues that
+    /// collective on a GPU, DDP copies the averages back as soon as it is queued
+    /// instead of waiting for the device to finish it (see
+    /// [`collectives::queued`]). An implementation that does more after its
+    /// collective (a cast back from 16 bits, a check on the host) must leave the
+    /// default, `false`: its work would not be queued yet when DDP copies.
+    fn reduces_in_one_call(&self) -> bool {
+        false
+    }
 }
 
 /// trainers' own: coalesced broadcast, `ReduceOp::Avg`, view copies, and every
@@ -89,16 +99,29 @@ impl GradSync for Standard {
 
     // ANCHOR: flatten
     fn flatten(&self, grads: &[Tensor], flat: &mut Tensor) -> Result<()> {
-        let mut offset = 0;
-        for g in grads {
-            let n = g.numel() as i64;
-            flat.f_narrow(0, offset, n)?.f_copy_(&g.f_reshape([-1])?)?;
-            offset += n;
-        }
+        // One concatenation into `flat`: a single copy kernel on a GPU, where a
+        // copy per gradient would launch one kernel each.
+        let parts = grads
+            .iter()
+            .map(|g| g.f_reshape([-1]))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let _ = Tensor::f_cat_out(flat, &parts, 0)?;
         Ok(())
     }
 
     fn unflatten(&self, flat: &Tensor, grads: &[Tensor]) -> Result<()> {
+        // The inverse in one op: `flat` split at the gradients' lengths, each
+        // piece copied into a flat view of its gradient (a gradient that is not
+        // contiguous has no such view: then one copy each).
+        if grads.iter().all(Tensor::is_contiguous) {
+            let sizes: Vec<i64> = grads.iter().map(|g| g.numel() as i64).collect();
+            let views = grads
+                .iter()
+                .map(|g| g.f_view([-1]))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            flat.f_split_with_sizes_copy_out(&views, sizes.as_slice(), 0)?;
+            return Ok(());
+        }
         let mut offset = 0;
         for g in grads {
             let n = g.numel() as i64;
@@ -121,4 +144,8 @@ impl GradSync for Standard {
         Ok(next)
     }
     // ANCHOR_END: ready
+
+    fn reduces_in_one_call(&self) -> bool {
+        true
+    }
 }

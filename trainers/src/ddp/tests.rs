@@ -186,3 +186,137 @@ fn an_error_inside_the_backward_hooks_comes_out_of_backward_and_the_ddp_goes_on(
         .expect("the communicator is back");
     assert_eq!(sum, vec![1.5]);
 }
+
+/// trainers' own sync that says "queued" after its reduction, then takes
+/// `late` more to return, as a GPU reduction still running would, and fails
+/// then on the calls `fail_on` names (0 = the first).
+struct QueuedThenLate {
+    late: Duration,
+    fail_on: Option<usize>,
+    calls: std::sync::atomic::AtomicUsize,
+    returned: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl QueuedThenLate {
+    fn new(late: Duration, fail_on: Option<usize>) -> QueuedThenLate {
+        QueuedThenLate {
+            late,
+            fail_on,
+            calls: Default::default(),
+            returned: Default::default(),
+        }
+    }
+}
+
+impl GradSync for QueuedThenLate {
+    fn broadcast(
+        &self,
+        comm: &dyn collectives::Communicator,
+        tensors: &[Tensor],
+        root: usize,
+    ) -> crate::Result<()> {
+        Standard.broadcast(comm, tensors, root)
+    }
+    fn all_reduce_mean(
+        &self,
+        comm: &dyn collectives::Communicator,
+        flat: &mut Tensor,
+    ) -> crate::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let call = self.calls.fetch_add(1, SeqCst);
+        // On the CPU the averages must be in place before "queued": here the
+        // notice stands for a device's stream order.
+        Standard.all_reduce_mean(comm, flat)?;
+        collectives::queued::queued();
+        std::thread::sleep(self.late);
+        self.returned.fetch_add(1, SeqCst);
+        if self.fail_on == Some(call) {
+            return Err(crate::Error::InvalidArgument(format!(
+                "reduction {call} failed after it was queued"
+            )));
+        }
+        Ok(())
+    }
+    fn flatten(&self, grads: &[Tensor], flat: &mut Tensor) -> crate::Result<()> {
+        Standard.flatten(grads, flat)
+    }
+    fn unflatten(&self, flat: &Tensor, grads: &[Tensor]) -> crate::Result<()> {
+        Standard.unflatten(flat, grads)
+    }
+    fn ready(&self, stage: usize, ready_stage: &[usize], next: usize) -> crate::Result<usize> {
+        Standard.ready(stage, ready_stage, next)
+    }
+    fn reduces_in_one_call(&self) -> bool {
+        true
+    }
+}
+
+/// On a GPU the NCCL backend says when a bucket's reduction is queued, and DDP
+/// copies the averages back then instead of waiting for the device to finish
+/// (the host had waited for the whole backward every step). The step must not
+/// wait for the end of the reduction, the gradients must be the same bits, and
+/// `settle` must collect every end.
+#[test]
+fn a_bucket_queued_on_the_device_is_copied_back_without_waiting_for_its_end() {
+    use std::sync::atomic::Ordering::SeqCst;
+    tch::set_num_threads(1);
+    let data = data::synthetic(8, 7).expect("data");
+    let (x, y) = data.rows(0, 8).expect("rows");
+    let (mut plain, _v0) = one_rank(StageSplit::Whole);
+    let _ = plain
+        .forward_backward(&x, |l| l.cross_entropy_for_logits(&y))
+        .expect("plain step");
+    let sync = Arc::new(QueuedThenLate::new(Duration::from_millis(500), None));
+    let returned = sync.returned.clone();
+    let (mut ddp, _v1) = one_rank_with(StageSplit::Whole, sync);
+    let buckets = ddp.bucket_bytes().len();
+    assert!(buckets > 1, "the test wants several buckets, got {buckets}");
+    let _ = ddp
+        .forward_backward(&x, |l| l.cross_entropy_for_logits(&y))
+        .expect("step");
+    // Each reduction takes 0.5 s after its notice, and the communicator thread
+    // runs them one after the other: backward returned once the last was
+    // queued, before its end.
+    assert!(
+        returned.load(SeqCst) < buckets,
+        "backward waited for every reduction's end ({} of {buckets})",
+        returned.load(SeqCst)
+    );
+    for (a, b) in plain.parameters().iter().zip(ddp.parameters()) {
+        let diff = (a.grad() - b.grad()).abs().max().double_value(&[]);
+        assert_eq!(diff, 0.0, "same ops in the same order: the same bits");
+    }
+    ddp.settle().expect("settle");
+    assert_eq!(returned.load(SeqCst), buckets);
+}
+
+/// A reduction that fails after it was queued (a peer lost while the device
+/// reduced) already had its "averages" copied back: the failure must still
+/// come out, from `settle` (and so before any checkpoint or evaluation).
+#[test]
+fn a_reduction_that_failed_after_it_was_queued_is_reported_by_settle() {
+    tch::set_num_threads(1);
+    let data = data::synthetic(8, 9).expect("data");
+    let (x, y) = data.rows(0, 8).expect("rows");
+    let sync = Arc::new(QueuedThenLate::new(Duration::from_millis(50), Some(0)));
+    let (mut ddp, _vs) = one_rank_with(StageSplit::Whole, sync);
+    let first = ddp.forward_backward(&x, |l| l.cross_entropy_for_logits(&y));
+    let settled = ddp.settle();
+    // Reported once: by the step if its end came in time, else by settle.
+    let err = match (first, settled) {
+        (Err(e), Ok(())) | (Ok(_), Err(e)) => e,
+        (a, b) => panic!("want exactly one error, got {a:?} and {b:?}"),
+    };
+    assert!(
+        err.to_string().contains("failed after it was queued"),
+        "{err}"
+    );
+    let err = ddp.with_communicator(|_, _| ()).map(|_| ()).and_then(|_| {
+        ddp.forward_backward(&x, |l| l.cross_entropy_for_logits(&y))
+            .map(|_| ())
+    });
+    assert!(
+        err.is_ok(),
+        "the Ddp goes on after the error was reported: {err:?}"
+    );
+}

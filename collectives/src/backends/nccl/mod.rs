@@ -29,7 +29,9 @@
 //!   finished (or synchronised) by the caller before the call.
 //! - Every call returns only after the collective has completed on the device
 //!   (the stream is polled, bounded by `Options::timeout`), so buffers may be
-//!   read, reused or freed as soon as it returns.
+//!   read, reused or freed as soon as it returns. On device buffers it first tells
+//!   a caller who asked ([`crate::queued`]) that the collective is queued, so
+//!   another thread can queue the device work that depends on it meanwhile.
 //! - A failed or timed-out call aborts the NCCL communicator (`ncclCommAbort`, so
 //!   peers fail instead of hanging) and the communicator refuses later calls.
 //!
@@ -348,6 +350,12 @@ impl NcclComm {
                 None => g.stage_host(StageSlot::Out, &output.as_buffer())?,
             };
             let avg = body(g, in_ptr, out_ptr, native_avg)?;
+            // On device buffers with nothing left for the host to do, later work
+            // on the default stream already runs after the collective: say so to
+            // a caller who asked (crate::queued), then wait as always.
+            if out_dev.is_some() && avg.is_none() {
+                crate::queued::queued();
+            }
             g.wait(collective.name())?;
             let avg = avg.filter(|r| !r.is_empty());
             if out_dev.is_none() {
