@@ -50,11 +50,13 @@
 #         samples/s and the ratios, one table;
 #      e. labs 2, 4 and 5 (reference solutions, LABS_ARGS added, e.g. --quick), each
 #         within LAB_TIMEOUT s (300): their GPU paths, figures and results.
-#    What comes back, in $OUT when it is set (the device `run` tool fetches it), else
-#    target/gpu-check-out/<UTC time>: gpu-check.log (everything printed), summary.md
-#    (each step's verdict, the training table, lab 5's bubble against its model, the
-#    figures' paths), train/*.json (every training run's JSON line), labNN.log and
-#    results/labNN/<time>/ (each lab's results.json, SVG and PNG figures).
+#    What comes back, in target/gpu-check-out/<UTC time>: gpu-check.log (everything
+#    printed), summary.md (each step's verdict, the training table, lab 2 against
+#    eager, lab 5's bubble against its model, the figures' paths), train/*.json
+#    (every training run's JSON line), labNN.log and results/labNN/<time>/ (each
+#    lab's results.json, SVG and PNG figures). When $OUT is set (the device `run`
+#    tool fetches it, at most 8 files 2 folders deep): gpu-check.log and summary.md
+#    there, the rest in $OUT/details.tar.gz.
 #    Exit status: 0 when every step passed, 1 when one failed, 2 on a usage or set-up
 #    error, 3 without a GPU.
 set -uo pipefail
@@ -358,9 +360,22 @@ build)
 size) report_size ;;
 run)
     shift
-    out="${OUT:-$here/target/gpu-check-out/$(date -u +%Y%m%dT%H%M%SZ)}"
+    if [ -n "${OUT:-}" ]; then
+        # The device `run` tool hands back at most 8 files, 2 folders deep: the
+        # log and the summary as they are, everything else in one archive.
+        mkdir -p "$OUT" || die "cannot create $OUT"
+        out=$(mktemp -d "${TMPDIR:-/tmp}/ringside-gpu-check-out.XXXXXX") || die "no temporary folder"
+        run_checks "$out" "$@" 2>&1 | tee -a "$out/gpu-check.log"
+        rc=${PIPESTATUS[0]}
+        cp "$out/gpu-check.log" "$out/summary.md" "$OUT/" 2>/dev/null
+        tar -C "$out" -czf "$OUT/details.tar.gz" --exclude=gpu-check.log . &&
+            echo "gpu-check: the training runs' JSON, the labs' logs and results are in \$OUT/details.tar.gz"
+        exit "$rc"
+    fi
+    out="$here/target/gpu-check-out/$(date -u +%Y%m%dT%H%M%SZ)"
     mkdir -p "$out" || die "cannot create $out"
     run_checks "$out" "$@" 2>&1 | tee -a "$out/gpu-check.log"
+    exit "${PIPESTATUS[0]}"
     ;;
 *)
     sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'

@@ -90,6 +90,26 @@ fn first_line_with(path: &str, key: &str) -> Option<String> {
         .map(|(_, v)| v.trim().trim_matches('"').to_owned())
 }
 
+/// The NVIDIA GPUs the driver shows (`Model:` of each
+/// `/proc/driver/nvidia/gpus/*/information`), in bus order; none without the
+/// driver. Read from the driver's files rather than through CUDA, so recording a
+/// run never initialises a device.
+fn gpus_in(driver: &std::path::Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(driver) else {
+        return Vec::new();
+    };
+    let mut dirs: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    dirs.sort();
+    dirs.iter()
+        .filter_map(|d| {
+            let text = std::fs::read_to_string(d.join("information")).ok()?;
+            text.lines()
+                .find_map(|l| l.strip_prefix("Model:"))
+                .map(|m| m.trim().to_owned())
+        })
+        .collect()
+}
+
 /// CPUs online on the host (not this process's affinity mask: a launcher that
 /// binds each rank to one core must not make the machine look like one core).
 fn online_cpus() -> Option<usize> {
@@ -143,6 +163,7 @@ fn host() -> Value {
         "hostname": std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|s| s.trim().to_owned()),
         "cpu": first_line_with("/proc/cpuinfo", "model name"),
         "cores": online_cpus(),
+        "gpus": gpus_in(std::path::Path::new("/proc/driver/nvidia/gpus")),
         "load_average": load_average(),
         "memory_bytes": mem_kib.map(|k| k * 1024),
         "os": first_line_with("/etc/os-release", "PRETTY_NAME"),
@@ -257,6 +278,27 @@ fn civil(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// GPU reference runs of labs 2, 4 and 5 recorded the CPU and its cores
+    /// but not the GPU they were about.
+    #[test]
+    fn a_gpu_run_recorded_no_gpu() {
+        let dir = std::env::temp_dir().join(format!("ringside-gpus-{}", std::process::id()));
+        for (bus, model) in [
+            ("0000:1b:00.0", "NVIDIA H100 80GB HBM3"),
+            ("0000:0a:00.0", "NVIDIA A10"),
+        ] {
+            std::fs::create_dir_all(dir.join(bus)).unwrap();
+            std::fs::write(
+                dir.join(bus).join("information"),
+                format!("Model: \t\t {model}\nIRQ:   \t\t 42\n"),
+            )
+            .unwrap();
+        }
+        assert_eq!(gpus_in(&dir), ["NVIDIA A10", "NVIDIA H100 80GB HBM3"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(gpus_in(&dir).is_empty());
+    }
 
     /// The tour under a load average of 3 on 2 cores drew Gloo 15-20x slower
     /// than torch's and said nothing: a busier-than-its-cores machine is named.

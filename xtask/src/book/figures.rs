@@ -98,11 +98,15 @@ pub fn pick(lab_results: &Path) -> Picked {
 pub fn references_carry_their_machine(root: &Path, labs: &[Lab]) -> Result<()> {
     let mut missing = Vec::new();
     for lab in labs {
-        let path = root.join("book/reference").join(lab.short()).join("run.md");
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
-        let lacks = caption_lacks(&text);
-        if !lacks.is_empty() {
-            missing.push(format!("{}: no {}", path.display(), lacks.join(", no ")));
+        let dir = root.join("book/reference").join(lab.short());
+        let gpu = dir.join("gpu/run.md");
+        let captions = std::iter::once(dir.join("run.md")).chain(gpu.is_file().then_some(gpu));
+        for path in captions {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let lacks = caption_lacks(&text);
+            if !lacks.is_empty() {
+                missing.push(format!("{}: no {}", path.display(), lacks.join(", no ")));
+            }
         }
     }
     anyhow::ensure!(
@@ -167,6 +171,13 @@ fn read_run(dir: &Path) -> Option<Run> {
     }
     if let Some(cores) = host["cores"].as_u64() {
         machine.push(format!("{cores} cores"));
+    }
+    let gpus: Vec<&str> = host["gpus"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if !gpus.is_empty() {
+        machine.push(gpus.join(" + "));
     }
     if let Some(name) = host["hostname"].as_str() {
         machine.push(format!("host {name}"));
@@ -263,6 +274,23 @@ pub fn stage(root: &Path, results: &Path, labs: &[Lab]) -> Result<Vec<String>> {
         }
         std::fs::write(dest.join("run.md"), caption)?;
         let mut line = format!("lab {n}: {copied} figure(s) from {}", rel(&from));
+        // A committed GPU reference run stays beside whatever the CPU figures are:
+        // most readers have no GPU to draw their own.
+        let gpu = reference.join("gpu");
+        if gpu.is_dir() {
+            let gpu_dest = dest.join("gpu");
+            std::fs::create_dir_all(&gpu_dest)?;
+            let k = copy_figures(&gpu, &gpu_dest)?;
+            let about = std::fs::read_to_string(gpu.join("run.md")).unwrap_or_default();
+            std::fs::write(
+                gpu_dest.join("run.md"),
+                format!(
+                    "*A reference run of the solution on a GPU: {}*\n",
+                    about.trim()
+                ),
+            )?;
+            line.push_str(&format!(", {k} GPU figure(s) from {}", rel(&gpu)));
+        }
         if !picked.unreadable.is_empty() {
             line.push_str(&format!(
                 " ({} run(s) skipped: unreadable results.json)",
@@ -445,6 +473,54 @@ mod tests {
         );
         assert!(
             staged(root, "run.md").contains("beside the committed reference run of the solution")
+        );
+    }
+
+    /// Labs 2, 4 and 5 had GPU paths that no reader without a GPU ever saw: a
+    /// committed `gpu/` reference is staged beside any CPU figures, a learner's
+    /// own run included, and its caption must carry its machine like the others.
+    #[test]
+    fn the_gpu_reference_stays_beside_a_learners_cpu_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, results) = (dir.path(), dir.path().join("results"));
+        let labs = lab7(root);
+        let gpu = root.join("book/reference/lab07/gpu");
+        std::fs::create_dir_all(&gpu).unwrap();
+        std::fs::write(gpu.join("throughput.svg"), "<svg>gpu</svg>").unwrap();
+        std::fs::write(gpu.join("run.md"), "on an H100, 2026-11-27.").unwrap();
+        run(&results, "20261125-100000", false, "<svg>mine</svg>");
+        let said = stage(root, &results, &labs).unwrap();
+        assert!(said[0].contains("1 GPU figure(s)"), "{said:?}");
+        assert_eq!(staged(root, "throughput.svg"), "<svg>mine</svg>");
+        assert_eq!(staged(root, "gpu/throughput.svg"), "<svg>gpu</svg>");
+        assert!(
+            staged(root, "gpu/run.md").contains("on a GPU: on an H100, 2026-11-27."),
+            "{}",
+            staged(root, "gpu/run.md")
+        );
+        // Neither caption names a command, a CPU or cores: both are refused.
+        let err = references_carry_their_machine(root, &labs)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("lab07/run.md") && err.contains("lab07/gpu/run.md"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_run_names_its_gpus() {
+        let dir = tempfile::tempdir().unwrap();
+        run(dir.path(), "20261127-010000", true, "<svg/>");
+        let path = dir.path().join("lab07/20261127-010000/results.json");
+        let mut doc: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        doc["manifest"]["host"]["gpus"] = serde_json::json!(["NVIDIA H100 80GB HBM3"]);
+        std::fs::write(&path, doc.to_string()).unwrap();
+        let r = read_run(path.parent().unwrap()).unwrap();
+        assert_eq!(
+            r.machine,
+            "Test CPU, 2 cores, NVIDIA H100 80GB HBM3, host box"
         );
     }
 
