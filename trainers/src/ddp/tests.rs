@@ -134,10 +134,19 @@ fn a_backward_outside_the_ddp_accumulates_into_the_next_step() {
     }
 }
 
-/// trainers' own sync, but `ready` fails (a learner's unfinished lab 7 step 3).
-struct FailingReady;
+type ReduceFn =
+    dyn Fn(&dyn collectives::Communicator, &mut Tensor) -> crate::Result<()> + Send + Sync;
 
-impl GradSync for FailingReady {
+/// trainers' own sync with one piece replaced: `reduce` for `all_reduce_mean`
+/// (then `reduces_in_one_call` says yes), or a `ready` that fails (a learner's
+/// unfinished lab 7 step 3).
+#[derive(Default)]
+struct Tweaked {
+    reduce: Option<Box<ReduceFn>>,
+    failing_ready: bool,
+}
+
+impl GradSync for Tweaked {
     fn broadcast(
         &self,
         comm: &dyn collectives::Communicator,
@@ -151,7 +160,10 @@ impl GradSync for FailingReady {
         comm: &dyn collectives::Communicator,
         flat: &mut Tensor,
     ) -> crate::Result<()> {
-        Standard.all_reduce_mean(comm, flat)
+        match &self.reduce {
+            Some(reduce) => reduce(comm, flat),
+            None => Standard.all_reduce_mean(comm, flat),
+        }
     }
     fn flatten(&self, grads: &[Tensor], flat: &mut Tensor) -> crate::Result<()> {
         Standard.flatten(grads, flat)
@@ -159,8 +171,14 @@ impl GradSync for FailingReady {
     fn unflatten(&self, flat: &Tensor, grads: &[Tensor]) -> crate::Result<()> {
         Standard.unflatten(flat, grads)
     }
-    fn ready(&self, _: usize, _: &[usize], _: usize) -> crate::Result<usize> {
-        Err(crate::Error::InvalidArgument("ready is not written".into()))
+    fn ready(&self, stage: usize, ready_stage: &[usize], next: usize) -> crate::Result<usize> {
+        if self.failing_ready {
+            return Err(crate::Error::InvalidArgument("ready is not written".into()));
+        }
+        Standard.ready(stage, ready_stage, next)
+    }
+    fn reduces_in_one_call(&self) -> bool {
+        self.reduce.is_some()
     }
 }
 
@@ -173,7 +191,13 @@ fn an_error_inside_the_backward_hooks_comes_out_of_backward_and_the_ddp_goes_on(
     tch::set_num_threads(1);
     let data = data::synthetic(8, 5).expect("data");
     let (x, y) = data.rows(0, 8).expect("rows");
-    let (mut ddp, _vs) = one_rank_with(StageSplit::EveryLayer, Arc::new(FailingReady));
+    let (mut ddp, _vs) = one_rank_with(
+        StageSplit::EveryLayer,
+        Arc::new(Tweaked {
+            failing_ready: true,
+            ..Default::default()
+        }),
+    );
     for _ in 0..2 {
         let err = ddp
             .forward_backward(&x, |l| l.cross_entropy_for_logits(&y))
@@ -189,66 +213,36 @@ fn an_error_inside_the_backward_hooks_comes_out_of_backward_and_the_ddp_goes_on(
 
 /// trainers' own sync that says "queued" after its reduction, then takes
 /// `late` more to return, as a GPU reduction still running would, and fails
-/// then on the calls `fail_on` names (0 = the first).
-struct QueuedThenLate {
+/// then on the call `fail_on` names (0 = the first). Also returns how many calls
+/// have returned.
+fn queued_then_late(
     late: Duration,
     fail_on: Option<usize>,
-    calls: std::sync::atomic::AtomicUsize,
-    returned: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl QueuedThenLate {
-    fn new(late: Duration, fail_on: Option<usize>) -> QueuedThenLate {
-        QueuedThenLate {
-            late,
-            fail_on,
-            calls: Default::default(),
-            returned: Default::default(),
-        }
-    }
-}
-
-impl GradSync for QueuedThenLate {
-    fn broadcast(
-        &self,
-        comm: &dyn collectives::Communicator,
-        tensors: &[Tensor],
-        root: usize,
-    ) -> crate::Result<()> {
-        Standard.broadcast(comm, tensors, root)
-    }
-    fn all_reduce_mean(
-        &self,
-        comm: &dyn collectives::Communicator,
-        flat: &mut Tensor,
-    ) -> crate::Result<()> {
-        use std::sync::atomic::Ordering::SeqCst;
-        let call = self.calls.fetch_add(1, SeqCst);
+) -> (Tweaked, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let calls = AtomicUsize::new(0);
+    let returned = Arc::new(AtomicUsize::new(0));
+    let count = returned.clone();
+    let reduce = move |comm: &dyn collectives::Communicator, flat: &mut Tensor| {
+        let call = calls.fetch_add(1, SeqCst);
         // On the CPU the averages must be in place before "queued": here the
         // notice stands for a device's stream order.
         Standard.all_reduce_mean(comm, flat)?;
         collectives::queued::queued();
-        std::thread::sleep(self.late);
-        self.returned.fetch_add(1, SeqCst);
-        if self.fail_on == Some(call) {
+        std::thread::sleep(late);
+        count.fetch_add(1, SeqCst);
+        if fail_on == Some(call) {
             return Err(crate::Error::InvalidArgument(format!(
                 "reduction {call} failed after it was queued"
             )));
         }
         Ok(())
-    }
-    fn flatten(&self, grads: &[Tensor], flat: &mut Tensor) -> crate::Result<()> {
-        Standard.flatten(grads, flat)
-    }
-    fn unflatten(&self, flat: &Tensor, grads: &[Tensor]) -> crate::Result<()> {
-        Standard.unflatten(flat, grads)
-    }
-    fn ready(&self, stage: usize, ready_stage: &[usize], next: usize) -> crate::Result<usize> {
-        Standard.ready(stage, ready_stage, next)
-    }
-    fn reduces_in_one_call(&self) -> bool {
-        true
-    }
+    };
+    let sync = Tweaked {
+        reduce: Some(Box::new(reduce)),
+        ..Default::default()
+    };
+    (sync, returned)
 }
 
 /// On a GPU the NCCL backend says when a bucket's reduction is queued, and DDP
@@ -266,9 +260,8 @@ fn a_bucket_queued_on_the_device_is_copied_back_without_waiting_for_its_end() {
     let _ = plain
         .forward_backward(&x, |l| l.cross_entropy_for_logits(&y))
         .expect("plain step");
-    let sync = Arc::new(QueuedThenLate::new(Duration::from_millis(500), None));
-    let returned = sync.returned.clone();
-    let (mut ddp, _v1) = one_rank_with(StageSplit::Whole, sync);
+    let (sync, returned) = queued_then_late(Duration::from_millis(500), None);
+    let (mut ddp, _v1) = one_rank_with(StageSplit::Whole, Arc::new(sync));
     let buckets = ddp.bucket_bytes().len();
     assert!(buckets > 1, "the test wants several buckets, got {buckets}");
     let _ = ddp
@@ -298,8 +291,8 @@ fn a_reduction_that_failed_after_it_was_queued_is_reported_by_settle() {
     tch::set_num_threads(1);
     let data = data::synthetic(8, 9).expect("data");
     let (x, y) = data.rows(0, 8).expect("rows");
-    let sync = Arc::new(QueuedThenLate::new(Duration::from_millis(50), Some(0)));
-    let (mut ddp, _vs) = one_rank_with(StageSplit::Whole, sync);
+    let (sync, _) = queued_then_late(Duration::from_millis(50), Some(0));
+    let (mut ddp, _vs) = one_rank_with(StageSplit::Whole, Arc::new(sync));
     let first = ddp.forward_backward(&x, |l| l.cross_entropy_for_logits(&y));
     let settled = ddp.settle();
     // Reported once: by the step if its end came in time, else by settle.
