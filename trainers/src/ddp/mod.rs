@@ -18,6 +18,12 @@
 //!   thread ([`CommThread`]), which reduces them while the earlier layers' backward
 //!   runs. By default ([`StageSplit::Auto`]) a stage ends exactly where a bucket
 //!   becomes complete.
+//! * **No host wait on a GPU.** Where the backend says that a reduction is queued
+//!   on the device ([`collectives::queued`]: NCCL on device buffers), the bucket's
+//!   averages are copied back then, as device work ordered after the reduction,
+//!   as `ProcessGroupNCCL`'s `work.wait()` makes the stream (not the host) wait.
+//!   The reduction's end is collected later; [`Ddp::settle`] waits for it, and
+//!   evaluation and checkpoints through [`Ddp::with_communicator`] settle first.
 //! * **Accumulation.** Inside [`Ddp::no_sync`], backward only accumulates local
 //!   gradients; the next synchronised step reduces the sum.
 //! * **Clipping.** [`Ddp::clip_grad_norm`] after the sync (the gradients are then
@@ -511,7 +517,11 @@ impl Ddp {
     /// scalar computed from its output): one backward, during which the hooks
     /// hand each finished bucket to the communicator thread; unless inside
     /// [`no_sync`](Self::no_sync), returns once every bucket is averaged across
-    /// ranks and copied back into the gradients.
+    /// ranks and copied back into the gradients. On a GPU whose backend says when
+    /// a reduction is queued (NCCL), "copied back" means queued on the device
+    /// after the reduction, as PyTorch's DDP does: the host does not wait for the
+    /// device, and a reduction that fails after that is reported by the next step
+    /// or by [`settle`](Self::settle).
     pub fn backward(&mut self, loss: &Tensor) -> Result<()> {
         let Pending { start } = self.pending.take().ok_or_else(|| {
             Error::InvalidArgument("Ddp::backward without a forward before it".into())
