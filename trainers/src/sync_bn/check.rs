@@ -63,7 +63,7 @@ fn step(
 /// SyncBN (with `moments`) on `world` ranks of `b` rows against libtorch's
 /// BatchNorm on one process with the `world · b` rows, `steps` SGD steps with
 /// momentum, gradients averaged over the ranks. The sums differ in order, and
-/// SyncBN's variance is E[x²] − E[x]² where libtorch's is a two-pass one, so
+/// SyncBN's variance is E\[x²\] − E\[x\]² where libtorch's is a two-pass one, so
 /// they agree to rounding, not to the bit.
 pub fn equivalence(
     world: usize,

@@ -5,7 +5,7 @@
 //!
 //! The step sees the model as a [`Replica`]: `forward` and `backward`. For one
 //! device that is `forward_t(x, true)` and `loss.backward()`; for a
-//! [`Ddp`](crate::ddp::Ddp) replica `backward` also averages the gradients across
+//! [`Ddp`] replica `backward` also averages the gradients across
 //! ranks while it runs, so the very same step trains data-parallel.
 
 use tch::Tensor;
