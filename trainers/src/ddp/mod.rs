@@ -727,8 +727,9 @@ impl Ddp {
     }
 
     /// Scales the gradients so that their global 2-norm is at most `max_norm`
-    /// (PyTorch `clip_grad_norm_`); returns the norm before clipping.
-    pub fn clip_grad_norm(&self, max_norm: f64) -> Result<f64> {
+    /// (PyTorch `clip_grad_norm_`); returns the norm before clipping, as a
+    /// 0-dimensional tensor on the gradients' device (see [`clip_grad_norm`]).
+    pub fn clip_grad_norm(&self, max_norm: f64) -> Result<Tensor> {
         clip_grad_norm(&self.params, max_norm)
     }
 
@@ -746,8 +747,11 @@ impl Ddp {
 /// Scales the gradients of `params` so that their global 2-norm is at most
 /// `max_norm`, exactly as PyTorch's `clip_grad_norm_`: the coefficient
 /// `max_norm / (norm + 1e-6)`, capped at 1, multiplies every gradient. Parameters
-/// without a gradient are skipped. Returns the norm before clipping.
-pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> Result<f64> {
+/// without a gradient are skipped. Returns the norm before clipping as a
+/// 0-dimensional tensor on the gradients' device, as PyTorch does: the
+/// coefficient is computed there too, so clipping never makes the host wait for
+/// a GPU (reading the norm, e.g. with `double_value`, does).
+pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> Result<Tensor> {
     if max_norm.is_nan() || max_norm < 0.0 {
         return Err(Error::InvalidArgument(format!(
             "max_norm must be a non-negative number, not {max_norm}"
@@ -760,18 +764,25 @@ pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> Result<f64> {
             .collect::<std::result::Result<_, _>>()?;
         let grads: Vec<Tensor> = grads.into_iter().filter(Tensor::defined).collect();
         if grads.is_empty() {
-            return Ok(0.0);
+            return Ok(Tensor::from(0.0f32));
         }
         let norms = grads
             .iter()
             .map(|g| g.f_norm())
             .collect::<std::result::Result<Vec<_>, _>>()?;
         let total = Tensor::f_stack(&norms, 0)?.f_norm()?;
-        let coef = (max_norm / (total.f_double_value(&[])? + 1e-6)).min(1.0);
+        // PyTorch's `max_norm / (total + 1e-6)` on a tensor is
+        // `(total + 1e-6).reciprocal() * max_norm` (Tensor.__rtruediv__): the
+        // same ops, so the same rounding.
+        let coef = total
+            .f_add_scalar(1e-6)?
+            .f_reciprocal()?
+            .f_mul_scalar(max_norm)?
+            .f_clamp_max(1.0)?;
         for mut g in grads {
-            let _ = g.f_mul_scalar_(coef)?;
+            let _ = g.f_mul_(&coef)?;
         }
-        Ok(total.f_double_value(&[])?)
+        Ok(total)
     })
 }
 
