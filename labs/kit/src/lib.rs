@@ -42,6 +42,16 @@ impl Variant {
     }
 }
 
+impl Variant {
+    /// The manifest's name for it: `exercise` or `solution` (`lab.variant`).
+    pub fn key(self) -> &'static str {
+        match self {
+            Variant::Exercise => "exercise",
+            Variant::Solution => "solution",
+        }
+    }
+}
+
 impl fmt::Display for Variant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

@@ -32,10 +32,14 @@ impl Run {
     /// [`Run::start`] under `root` instead of [`results_root`].
     pub fn start_in(root: &Path, lab: u32, world: usize, transport: &str) -> Result<Run, LabError> {
         let folder = RunFolder::create(&root.join(format!("lab{lab:02}")))?;
-        let writer = ResultsWriter::new(
-            Some(folder.dir().join("results.json")),
-            manifest::manifest(&measure::build!(), world, transport, "max"),
-        );
+        let mut manifest = manifest::manifest(&measure::build!(), world, transport, "max");
+        // Whose code ran, said outright: the book tells "your run" from the
+        // solution's by it (the recorded environment says it only indirectly).
+        manifest["lab"] = serde_json::json!({
+            "number": lab,
+            "variant": Variant::from_env().key(),
+        });
+        let writer = ResultsWriter::new(Some(folder.dir().join("results.json")), manifest);
         writer.write()?;
         Ok(Run { folder, writer })
     }
@@ -77,6 +81,8 @@ impl Run {
     /// saying so (issue 24 saw "your ring" in a `--solution` run's legend)
     /// reads as the learner's own.
     pub fn finish_as(mut self, variant: Variant) -> Result<PathBuf, LabError> {
+        self.writer.manifest["lab"]["variant"] = variant.key().into();
+        self.writer.write()?;
         if variant == Variant::Solution {
             for r in &mut self.writer.records {
                 r.label = solutions(&r.label);

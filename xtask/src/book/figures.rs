@@ -163,7 +163,12 @@ fn read_run(dir: &Path) -> Option<Run> {
     let text = std::fs::read_to_string(dir.join("results.json")).ok()?;
     let doc: Value = serde_json::from_str(&text).ok()?;
     let manifest = doc.get("manifest")?;
-    let solution = manifest["env"][SOLUTION_ENV].as_str() == Some("1");
+    // `lab.variant` where the run recorded it; runs from before it existed
+    // say so only through the recorded environment.
+    let solution = match manifest["lab"]["variant"].as_str() {
+        Some(v) => v == "solution",
+        None => manifest["env"][SOLUTION_ENV].as_str() == Some("1"),
+    };
     let host = &manifest["host"];
     let mut machine = Vec::new();
     if let Some(cpu) = host["cpu"].as_str() {

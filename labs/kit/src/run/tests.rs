@@ -226,3 +226,31 @@ fn a_solution_runs_legend_said_your_ring() {
     let svg = std::fs::read_to_string(dir.join("t.svg")).unwrap();
     assert!(!svg.contains("your step"));
 }
+
+/// The book told a solution run from the learner's only by the recorded
+/// `RINGSIDE_LAB_SOLUTION` among the manifest's environment: the manifest now
+/// says whose code ran, and `finish_as` has the last word.
+#[test]
+fn a_run_records_whose_code_ran() {
+    let root = tempfile::tempdir().unwrap();
+    let doc = |dir: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap()
+    };
+    let fig = || {
+        measure::Figure::lines("t", "steps", "x", "y").with(measure::FigureSeries::measured(
+            "step",
+            vec![[1.0, 2.0], [2.0, 3.0]],
+        ))
+    };
+    let mut run = Run::start_in(root.path(), 7, 2, "shm").unwrap();
+    run.figure(fig()).unwrap();
+    let dir = run.finish_as(Variant::Solution).unwrap();
+    assert_eq!(
+        doc(&dir)["manifest"]["lab"],
+        serde_json::json!({"number": 7, "variant": "solution"})
+    );
+    let mut run = Run::start_in(root.path(), 7, 2, "shm").unwrap();
+    run.figure(fig()).unwrap();
+    let dir = run.finish_as(Variant::Exercise).unwrap();
+    assert_eq!(doc(&dir)["manifest"]["lab"]["variant"], "exercise");
+}
