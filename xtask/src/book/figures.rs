@@ -514,7 +514,7 @@ mod tests {
     }
 
     #[test]
-    fn a_run_names_its_gpus() {
+    fn a_run_names_its_gpus_and_whose_code_ran() {
         let dir = tempfile::tempdir().unwrap();
         run(dir.path(), "20261127-010000", true, "<svg/>");
         let path = dir.path().join("lab07/20261127-010000/results.json");
@@ -527,6 +527,11 @@ mod tests {
             r.machine,
             "Test CPU, 2 cores, NVIDIA H100 80GB HBM3, host box"
         );
+        assert!(r.solution, "the recorded environment says so");
+        // The manifest's own word wins over the environment it recorded.
+        doc["manifest"]["lab"] = serde_json::json!({ "number": 7, "variant": "exercise" });
+        std::fs::write(&path, doc.to_string()).unwrap();
+        assert!(!read_run(path.parent().unwrap()).unwrap().solution);
     }
 
     /// The README's benchmark table said "on the 2-core development VM" and
