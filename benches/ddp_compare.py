@@ -55,6 +55,12 @@ def main():
     p.add_argument("--ours", default=os.path.join(ROOT, "target", "release", "ringside-train"))
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--no-tuned-torch", action="store_true", help="skip the torch+malloc runs")
+    p.add_argument(
+        "--torch-channels-last",
+        action="store_true",
+        help="give PyTorch channels-last convolution weights too, as ringside-train lays them out "
+        "on the CPU (the like-for-like layout; without it PyTorch runs as a model is usually written)",
+    )
     args = p.parse_args()
 
     load_before = os.getloadavg()
@@ -65,6 +71,8 @@ def main():
             common += ["--threads", str(args.threads), "--seed", str(rep)]
             ours = [args.ours, "--nproc", str(world), "--backend", args.backend, "--json"] + common
             torch = [args.python, os.path.join(HERE, "ddp_torch.py"), "--nproc", str(world)] + common
+            if args.torch_channels_last:
+                torch.append("--channels-last")
             tuned = dict(os.environ, GLIBC_TUNABLES=TUNED)
             order = [("ours", ours, None), ("torch", torch, None)]
             if not args.no_tuned_torch:

@@ -17,6 +17,8 @@ GPU LOCAL_RANK (mod the GPU count), the data set is held on the GPU, DDP uses
 nccl, and each timed step ends with torch.cuda.synchronize() so that its time is
 the GPU's work, not the launch's. `--mode eager` trains the plain model with no
 DDP wrapper and no process group (one rank only): what PyTorch itself costs.
+`--channels-last` lays the convolution weights out channels-last, as
+ringside-train does on the CPU (oneDNN's NHWC kernels, much faster there).
 
 Run plainly it spawns `--nproc` ranks (torch.multiprocessing); under torchrun it
 joins (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Rank 0 prints one JSON line:
@@ -115,6 +117,9 @@ def worker(rank, world, args):
     train_x, train_y = (t.to(device) for t in load(args.data, "train"))
     test_x, test_y = (t.to(device) for t in load(args.data, "test"))
     net = Cnn(args.init).to(device)
+    if args.channels_last:
+        # As ringside-train's optimizer lays out conv weights on the CPU.
+        net = net.to(memory_format=torch.channels_last)
     model = DDP(net, bucket_cap_mb=args.bucket_cap_mb) if ddp else net
     lr = args.lr if args.lr is not None else 0.01 * world
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=args.momentum)
@@ -218,6 +223,12 @@ def main():
         choices=["gloo", "nccl"],
         default=None,
         help="DDP's process group [gloo on the CPU, nccl on a GPU]",
+    )
+    p.add_argument(
+        "--channels-last",
+        action="store_true",
+        help="convolution weights channels-last (model.to(memory_format=torch.channels_last)), "
+        "as ringside-train lays them out on the CPU",
     )
     p.add_argument(
         "--mode",
