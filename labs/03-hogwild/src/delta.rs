@@ -231,7 +231,7 @@ pub fn check(f: PushDelta) -> Result<String, LabError> {
         return Err(LabError::Wrong(msg));
     }
     // B's next round starts from everyone's progress, A's delta included (with
-    // one worker, shared and private may agree bit for bit anyway).
+    // one worker, shared and private may agree anyway).
     let (bp, bs) = (read(&tb)?, read(&sb)?);
     if !same(&bs, &got) {
         return Err(LabError::Wrong(named(
@@ -255,7 +255,7 @@ pub fn check(f: PushDelta) -> Result<String, LabError> {
         )));
     }
     Ok(
-        "one worker: shared = snapshot + delta bit for bit, snapshot and private copy \
+        "one worker: shared = snapshot + delta (to a few units in the last place), snapshot and private copy \
          re-taken, a second push adds nothing; two workers: both deltas land and the next \
          round starts from both"
             .into(),

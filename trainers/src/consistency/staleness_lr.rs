@@ -46,7 +46,9 @@ mod tests {
         assert_eq!(staleness_aware_lr(lr, 6, 5).unwrap(), lr);
         assert_eq!(staleness_aware_lr(lr, 7, 5).unwrap(), lr / 2.0);
         assert_eq!(staleness_aware_lr(lr, 12, 4).unwrap(), lr / 8.0);
-        // τ = 0 leaves the rate bit for bit (the one-worker trainer's).
+        // τ = 0 leaves the rate bit for bit (the one-worker trainer's): it is
+        // divided by max(1, τ) = 1.0, which IEEE 754 division leaves exact on
+        // any CPU. The halvings above are exact for the same reason.
         assert_eq!(
             staleness_aware_lr(0.3, 9, 9).unwrap().to_bits(),
             0.3f64.to_bits()
