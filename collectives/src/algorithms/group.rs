@@ -92,63 +92,30 @@ impl Transport for Group<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Rank 2 of 4, recording where its messages go.
-    struct Fake {
-        to: Vec<usize>,
-    }
-    impl Transport for Fake {
-        fn rank(&self) -> usize {
-            2
-        }
-        fn world_size(&self) -> usize {
-            4
-        }
-        fn exchange(
-            &mut self,
-            _tag: &Tag,
-            send: Option<(usize, &[u8])>,
-            _recv: Option<(usize, Sink<'_>)>,
-        ) -> Result<()> {
-            self.to.extend(send.map(|s| s.0));
-            Ok(())
-        }
-        fn abort(&mut self, _reason: &str) {}
-    }
-
-    fn tag() -> Tag {
-        Tag {
-            collective: crate::Collective::AllReduce,
-            seq: 0,
-            dtype: crate::DType::U8,
-            op: 0,
-            root: 0,
-            count: 1,
-        }
-    }
+    use crate::transport::send_log::{SendLog, tag};
 
     #[test]
     fn group_ranks_map_to_the_members_in_the_order_given() {
-        let mut t = Fake { to: Vec::new() };
+        let mut t = SendLog::new(2, 4);
         {
             let mut g = Group::new(&mut t, vec![3, 2, 0]).unwrap();
             assert_eq!((g.rank(), g.world_size()), (1, 3));
-            g.exchange(&tag(), Some((0, &[1])), None).unwrap();
-            g.exchange(&tag(), Some((2, &[1])), None).unwrap();
-            let e = g.exchange(&tag(), Some((3, &[1])), None).unwrap_err();
+            g.exchange(&tag(1), Some((0, &[1])), None).unwrap();
+            g.exchange(&tag(1), Some((2, &[1])), None).unwrap();
+            let e = g.exchange(&tag(1), Some((3, &[1])), None).unwrap_err();
             assert!(
                 e.to_string().contains("group rank 3 in a group of 3"),
                 "{e}"
             );
         }
-        assert_eq!(t.to, vec![3, 0]);
+        assert_eq!(t.peers(), vec![3, 0]);
     }
 
     /// The hierarchical all-reduce's leaders' group built on a rank that is
     /// not a leader must fail at once, not wait.
     #[test]
     fn a_group_without_this_rank_or_with_bad_members_is_an_error() {
-        let mut t = Fake { to: Vec::new() };
+        let mut t = SendLog::new(2, 4);
         for (members, says) in [
             (vec![0, 1], "does not include this rank (2)"),
             (vec![2, 2], "names a rank twice"),

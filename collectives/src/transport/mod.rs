@@ -9,6 +9,8 @@
 //! [`Error::Mismatch`] at once instead of reducing garbage.
 
 pub mod observed;
+#[cfg(test)]
+pub(crate) mod send_log;
 pub mod shm;
 pub mod tcp;
 

@@ -50,48 +50,12 @@ impl<F: FnMut(usize, usize) + Send> Transport for Observed<'_, F> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Collective;
-    use crate::element::DType;
-
-    /// Rank 0 of 3 that completes every exchange at once, remembering the
-    /// sends it was asked to make.
-    #[derive(Default)]
-    struct Instant {
-        sent: Vec<(usize, usize)>,
-    }
-
-    impl Transport for Instant {
-        fn rank(&self) -> usize {
-            0
-        }
-        fn world_size(&self) -> usize {
-            3
-        }
-        fn exchange(
-            &mut self,
-            _: &Tag,
-            send: Option<(usize, &[u8])>,
-            _: Option<(usize, Sink<'_>)>,
-        ) -> Result<()> {
-            if let Some((to, data)) = send {
-                self.sent.push((to, data.len()));
-            }
-            Ok(())
-        }
-        fn abort(&mut self, _: &str) {}
-    }
+    use crate::transport::send_log::{SendLog, tag};
 
     #[test]
     fn every_send_is_observed_once_and_still_sent() {
-        let tag = Tag {
-            collective: Collective::AllReduce,
-            seq: 1,
-            dtype: DType::F32,
-            op: 0,
-            root: 0,
-            count: 2,
-        };
-        let mut inner = Instant::default();
+        let tag = tag(2);
+        let mut inner = SendLog::new(0, 3);
         let mut seen = Vec::new();
         {
             let mut t = Observed::new(&mut inner, |to, bytes| seen.push((to, bytes)));
