@@ -603,9 +603,11 @@ impl Ddp {
                 Msg::Done(done) => {
                     let (step, bucket, queued) = (done.step, done.bucket, done.queued);
                     let failed = self.finished(done);
-                    if step != self.step || copied[bucket] || queued && failed.is_none() {
-                        // A reduction queued earlier (its error, if any, counts),
-                        // or leftovers of a step that failed half-way.
+                    // A bucket queued this step was copied at its notice, which
+                    // comes before its end: so this is a reduction queued earlier
+                    // (its error, if any, counts), or leftovers of a step that
+                    // failed half-way.
+                    if step != self.step || copied[bucket] {
                         if let Some(e) = failed.filter(|_| queued) {
                             first_error.get_or_insert(e);
                         }
