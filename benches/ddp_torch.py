@@ -8,14 +8,17 @@ same initialisation (tch's defaults, see Cnn; --init torch for PyTorch's), same 
 std, held in memory as one tensor), same sampler (DistributedSampler, shuffled,
 seed, set_epoch), same batches (`batch` consecutive indices of the sampler,
 gathered with index_select), SGD lr 0.01*world momentum 0.9, one intra-op thread
-per rank, and the same timing rule as ringside-train: the sum over steps after
-the first `--warmup` of (fetch batch .. optimizer step), samples of all ranks.
-Test accuracy is over the whole test set, evaluated on rank 0.
+per rank, and the same timing rule as ringside-train (trainers::train::window):
+wall-clock time over the steps after the first `--warmup` (and the profiled
+ones), with the device synchronised where that window opens and where it
+closes, samples of all ranks. Test accuracy is over the whole test set,
+evaluated on rank 0.
 
 On a GPU (`--device cuda`, as `ringside-train --backend nccl`) each rank uses
-GPU LOCAL_RANK (mod the GPU count), the data set is held on the GPU, DDP uses
-nccl, and each timed step ends with torch.cuda.synchronize() so that its time is
-the GPU's work, not the launch's. `--mode eager` trains the plain model with no
+GPU LOCAL_RANK (mod the GPU count), the data set is held on the GPU and DDP uses
+nccl. The steps are not synchronised one by one (until 2026-11 each timed step
+ended with torch.cuda.synchronize(), which drained the device's queue every step
+and so timed something ringside-train does not). `--mode eager` trains the plain model with no
 DDP wrapper and no process group (one rank only): what PyTorch itself costs.
 `--channels-last` lays the convolution weights out channels-last, as
 ringside-train does on the CPU (oneDNN's NHWC kernels, much faster there).
@@ -124,11 +127,14 @@ def worker(rank, world, args):
     lr = args.lr if args.lr is not None else 0.01 * world
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=args.momentum)
     sampler = DistributedSampler(range(len(train_y)), num_replicas=world, rank=rank, seed=args.seed)
-    step, timed_s, timed_steps = 0, 0.0, 0
+    step, timed_s, timed_steps, window = 0, 0.0, 0, None
     global_batch = args.batch * world
+    profiled = args.profile_steps if args.profile else 0
+    timed_from = args.warmup + profiled
+    prof = None
 
     def sync():
-        # CUDA kernels run asynchronously: a step's time ends when the GPU is done.
+        # CUDA kernels run asynchronously: the window ends when the GPU is done.
         if cuda:
             torch.cuda.synchronize(device)
 
@@ -138,22 +144,35 @@ def worker(rank, world, args):
         for b in range(0, len(indices), args.batch):
             if step >= args.steps:
                 break
-            sync()
-            t0 = time.perf_counter()
+            if step >= timed_from and window is None:
+                sync()
+                window = time.perf_counter()
+            if args.profile and rank == 0 and step == args.warmup:
+                activities = [torch.profiler.ProfilerActivity.CPU]
+                if cuda:
+                    activities.append(torch.profiler.ProfilerActivity.CUDA)
+                prof = torch.profiler.profile(activities=activities)
+                prof.start()
             idx = indices[b : b + args.batch]
             x, y = train_x.index_select(0, idx), train_y.index_select(0, idx)
             opt.zero_grad()
             loss = F.cross_entropy(model(x), y)
             loss.backward()
             opt.step()
-            sync()
-            dt = time.perf_counter() - t0
             step += 1
-            if step > args.warmup:
-                timed_s += dt
+            if window is not None:
                 timed_steps += 1
+            if prof is not None and step == args.warmup + profiled:
+                sync()
+                prof.stop()
+                prof.export_chrome_trace(args.profile)
+                print(f"profile of steps {args.warmup + 1}-{step} written to {args.profile}", file=sys.stderr)
+                prof = None
         if step >= args.steps:
             break
+    if window is not None:
+        sync()
+        timed_s = time.perf_counter() - window
     acc = None
     if rank == 0:
         model.eval()
@@ -224,6 +243,13 @@ def main():
         default=None,
         help="DDP's process group [gloo on the CPU, nccl on a GPU]",
     )
+    p.add_argument(
+        "--profile",
+        metavar="FILE.json",
+        help="record --profile-steps steps after the warm-up with torch.profiler (CPU ops and, on a GPU, "
+        "kernels) and write them here as a Chrome trace (rank 0); those steps are left out of the timing",
+    )
+    p.add_argument("--profile-steps", type=int, default=10, help="steps --profile records")
     p.add_argument(
         "--channels-last",
         action="store_true",

@@ -44,10 +44,15 @@
 #      c. `ringside conformance --backend nccl --nproc N`, N = number of GPUs
 #         (override with NGPU=...): the full matrix, one process per GPU;
 #      d. training on GPU 0 at batch 64 and 512 (TRAIN_BATCHES="64 512"), ROUNDS
-#         rounds (2) of TRAIN_STEPS steps (300; at most one epoch) each:
+#         rounds (2) of TRAIN_STEPS steps (300, over as many epochs as they take):
 #         `ringside-train --backend nccl --nproc 1`, then benches/ddp_torch.py
 #         --device cuda as PyTorch DDP (nccl, world 1) and as plain eager PyTorch;
-#         samples/s and the ratios, one table;
+#         samples/s and the ratios, one table. Both time the same way: wall-clock
+#         time over the steps after the warm-up, the device synchronised where
+#         that window opens and closes (trainers::train::window);
+#      d2. one profiled run of each at batch 64 (PROFILE_STEPS steps, 10, with
+#         libtorch's Kineto profiler on both sides) and benches/profile_summary.py:
+#         ops, kernel launches and device time per step, side by side;
 #      e. labs 2, 4 and 5 (reference solutions, LABS_ARGS added, e.g. --quick), each
 #         within LAB_TIMEOUT s (300): their GPU paths, figures and results.
 #    What comes back, in target/gpu-check-out/<UTC time>: gpu-check.log (everything
@@ -178,6 +183,24 @@ else:
 PY
 }
 
+# Profiles N steps of ringside-train and of PyTorch eager at batch 64 on GPU 0
+# and writes benches/profile_summary.py's table of the two to FILE.
+profile_both() {
+    local n=$1 file=$2 dir
+    dir=$(dirname "$file")
+    CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" env LD_LIBRARY_PATH="$with_torch" \
+        "$bin/ringside-train" --backend nccl --nproc 1 --batch 64 --steps $((n + 10)) \
+        --warmup 5 --data "$data" --no-eval --profile "$dir/profile-ringside.json" \
+        --profile-steps "$n" >/dev/null || return 1
+    CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" "$python" "$here/benches/ddp_torch.py" \
+        --device cuda --mode eager --batch 64 --steps $((n + 10)) --warmup 5 --data "$data" \
+        --profile "$dir/profile-eager.json" --profile-steps "$n" >/dev/null || return 1
+    "$python" "$here/benches/profile_summary.py" --steps "$n" \
+        ringside-train="$dir/profile-ringside.json" eager="$dir/profile-eager.json" >"$file" || return 1
+    cat "$file"
+    gzip -f "$dir/profile-ringside.json" "$dir/profile-eager.json"
+}
+
 run_checks() {
     local out=$1
     shift
@@ -256,20 +279,22 @@ run_checks() {
         [ "$rc" -eq 0 ] && [ -s "$file" ] && cat "$file"
     }
     for batch in ${TRAIN_BATCHES:-64 512}; do
-        # At most one epoch: 60,000 examples.
-        local n=$((60000 / batch))
-        [ "$steps" -lt "$n" ] && n=$steps
+        # TRAIN_STEPS steps over as many epochs (60,000 examples each) as they
+        # take: at batch 512 one epoch is only 117 steps, a quarter of a second.
+        local n=$steps per_epoch=$((60000 / batch))
+        local epochs=$(((n + per_epoch - 1) / per_epoch))
         for round in $(seq 1 "$rounds"); do
             step "ringside-train --backend nccl --nproc 1 --batch $batch (round $round)" \
                 train_one ringside "$batch" "$round" env LD_LIBRARY_PATH="$with_torch" \
                 "$bin/ringside-train" --backend nccl --nproc 1 --batch "$batch" --steps "$n" \
-                --warmup 5 --data "$data" --no-eval --json
+                --epochs "$epochs" --warmup 5 --data "$data" --no-eval --json
             step "PyTorch DDP nccl, batch $batch (round $round)" \
                 train_one ddp "$batch" "$round" "$python" "$here/benches/ddp_torch.py" \
-                --device cuda --batch "$batch" --steps "$n" --warmup 5 --data "$data"
+                --device cuda --batch "$batch" --steps "$n" --epochs "$epochs" --warmup 5 --data "$data"
             step "PyTorch eager, batch $batch (round $round)" \
                 train_one eager "$batch" "$round" "$python" "$here/benches/ddp_torch.py" \
-                --device cuda --mode eager --batch "$batch" --steps "$n" --warmup 5 --data "$data"
+                --device cuda --mode eager --batch "$batch" --steps "$n" --epochs "$epochs" --warmup 5 \
+                --data "$data"
         done
     done
     local table
@@ -303,6 +328,11 @@ PY
     echo "samples/s, one value per round:"
     echo "$table"
 
+    # d2. What a step costs, ours against eager, from one profiled run of each.
+    local prof_n="${PROFILE_STEPS:-10}" profile="$out/profile.md"
+    step "profile: ringside-train and PyTorch eager at batch 64, $prof_n steps" \
+        profile_both "$prof_n" "$profile"
+
     # e. The labs' GPU paths, the reference solutions, results under $out/results.
     local lab
     for lab in lab02-baseline lab04-data-parallel lab05-model-parallel; do
@@ -326,6 +356,10 @@ PY
         echo "## ringside-train against PyTorch on one GPU (samples/s, one value per round)"
         echo
         echo "$table"
+        echo
+        echo "## One step, ringside-train against PyTorch eager (batch 64, profiled)"
+        echo
+        cat "$out/profile.md" 2>/dev/null || echo "no profile (see the log)"
         echo
         echo "## Lab 2's GPU step against PyTorch eager (batch 64, samples/s)"
         echo

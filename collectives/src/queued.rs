@@ -46,11 +46,17 @@ pub fn when_queued<R>(notice: impl FnOnce() + 'static, call: impl FnOnce() -> R)
 
 /// For backends (and test doubles): the collective this thread is running is
 /// queued on the device (every later kernel on the default stream runs after
-/// it). Runs the notice of [`when_queued`], if any, once.
-pub fn queued() {
+/// it). Runs the notice of [`when_queued`], if any, once, and returns whether
+/// one ran: a caller who was told does not wait on the collective's end to
+/// go on, so the backend need not watch for it as eagerly.
+pub fn queued() -> bool {
     // Taken out before it runs: the notice may itself call into this module.
-    if let Some(notice) = NOTICE.with(|n| n.borrow_mut().take()) {
-        notice();
+    match NOTICE.with(|n| n.borrow_mut().take()) {
+        Some(notice) => {
+            notice();
+            true
+        }
+        None => false,
     }
 }
 
@@ -65,8 +71,8 @@ mod tests {
         let (out, ran) = when_queued(
             move || tx.send("queued").unwrap(),
             || {
-                queued();
-                queued();
+                assert!(queued(), "the first notice runs");
+                assert!(!queued(), "and only once");
                 7
             },
         );

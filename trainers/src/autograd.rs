@@ -7,6 +7,7 @@ use tch::{Kind, Tensor};
 
 pub mod hooks;
 pub mod ops;
+pub mod profile;
 mod shim;
 
 use crate::Result;

@@ -41,6 +41,7 @@ pub mod baseline;
 pub mod pending;
 pub mod phases;
 pub mod step;
+pub mod window;
 
 /// A loss that *averages* over the batch: `(outputs, targets) -> scalar`.
 ///

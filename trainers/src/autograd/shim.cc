@@ -7,6 +7,8 @@
 //   and executed autograd nodes, the CPU proxy for a step's launch count.
 // * add_(other, alpha): one fused kernel for the optimizer's `a += alpha * b`
 //   (tch 0.24's add has no alpha).
+// * Kineto profiler: what torch.profiler.profile runs (host ops, and on CUDA
+//   the device's kernels and copies through CUPTI), saved as a Chrome trace.
 //
 // A plain C interface (no cxx bridge: its proc-macro and build crates would
 // change the build graph's features and rebuild torch-sys). No exception
@@ -16,12 +18,15 @@
 #include <ATen/record_function.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -183,6 +188,56 @@ void ringside_op_counter_free(void* c) {
     delete counter;
   } catch (...) {
   }
+}
+
+// Starts libtorch's Kineto profiler on the calling thread (autograd's device
+// threads inherit it, as under torch.profiler.profile): host ops always, the
+// device's kernels and copies too when `cuda` is non-zero. Returns 0, or -1
+// with `err` filled (e.g. a profiler already running).
+int ringside_profiler_start(int cuda, char* err, size_t err_len) {
+  try {
+    using torch::profiler::impl::ActivityType;
+    // libtorch would start a second one over the first and lose its record.
+    if (torch::profiler::impl::profilerEnabled()) {
+      throw std::runtime_error("a profiler is already running on this thread");
+    }
+    torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+    std::set<ActivityType> activities{ActivityType::CPU};
+    if (cuda != 0) {
+      activities.insert(ActivityType::CUDA);
+    } else if (std::getenv("KINETO_LOG_LEVEL") == nullptr) {
+      // Kineto looks for GPUs at start-up whatever it records and, on a host
+      // without one, logs "ERROR: gpuGetDeviceCount failed": noise for a host
+      // profile. Its errors are level 4; a level above them silences it (set
+      // before Kineto starts, which is here; a user's own setting wins).
+      setenv("KINETO_LOG_LEVEL", "5", 0);
+    }
+    torch::autograd::profiler::prepareProfiler(config, activities);
+    torch::autograd::profiler::enableProfiler(config, activities);
+    return 0;
+  } catch (const std::exception& e) {
+    write_error(e.what(), err, err_len);
+  } catch (...) {
+    write_error("unknown C++ exception", err, err_len);
+  }
+  return -1;
+}
+
+// Stops the profiler started on this thread and, if `path` is not null, saves
+// what it recorded there as a Chrome trace. Returns 0, or -1 with `err` filled.
+int ringside_profiler_stop(const char* path, char* err, size_t err_len) {
+  try {
+    auto result = torch::autograd::profiler::disableProfiler();
+    if (path != nullptr && result) {
+      result->save(path);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    write_error(e.what(), err, err_len);
+  } catch (...) {
+    write_error("unknown C++ exception", err, err_len);
+  }
+  return -1;
 }
 
 }  // extern "C"

@@ -1,7 +1,8 @@
 //! The C interface of `shim.cc`: libtorch's autograd hooks, its
-//! RecordFunction callbacks and `add_` with `alpha`, which tch 0.24 does not
-//! bind. Only [`super::hooks`], [`super::ops`] and [`super::add_scaled_`] use
-//! it; they give the safe interfaces.
+//! RecordFunction callbacks, `add_` with `alpha` and the Kineto profiler, which
+//! tch 0.24 does not bind. Only [`super::hooks`], [`super::ops`],
+//! [`super::add_scaled_`] and [`super::profile`] use it; they give the safe
+//! interfaces.
 
 use std::ffi::{CStr, c_char, c_void};
 
@@ -26,6 +27,12 @@ unsafe extern "C" {
         a: *mut c_void,
         b: *const c_void,
         alpha: f64,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> i32;
+    pub(super) fn ringside_profiler_start(cuda: i32, err: *mut c_char, err_len: usize) -> i32;
+    pub(super) fn ringside_profiler_stop(
+        path: *const c_char,
         err: *mut c_char,
         err_len: usize,
     ) -> i32;

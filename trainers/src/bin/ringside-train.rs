@@ -16,6 +16,7 @@ use collectives::job::{JobArgs, Joined};
 use collectives::{Backend, BufferMut, Communicator, Input, ReduceOp};
 use serde_json::json;
 use tch::Device;
+use trainers::autograd::profile::Profiler;
 use trainers::checkpoint::{self, TrainState};
 use trainers::data::{self, DataArgs, Dataset, Split};
 use trainers::ddp::{Ddp, DdpOptions, StageSplit};
@@ -28,6 +29,7 @@ use trainers::timeline::{self, TID_COMPUTE};
 use trainers::train::pending::Pending;
 use trainers::train::phases::{Phase, PhaseClock, PhaseTimes};
 use trainers::train::step::{Batch, SgdStep, TrainStep};
+use trainers::train::window::Window;
 use trainers::train::{self, Tally};
 
 /// Data-parallel training (PyTorch DDP semantics) of a small model on Fashion-MNIST.
@@ -125,6 +127,16 @@ struct Args {
     /// Write every rank's timeline as one Chrome trace here (rank 0).
     #[arg(long, value_name = "FILE.json")]
     trace: Option<PathBuf>,
+    /// Record --profile-steps steps after the warm-up with libtorch's profiler
+    /// (torch.profiler's Kineto: every op and, on a GPU, every kernel) and write
+    /// them here as a Chrome trace (rank 0). Those steps are left out of the
+    /// throughput. `benches/profile_summary.py` compares it with PyTorch's.
+    #[arg(long, value_name = "FILE.json")]
+    profile: Option<PathBuf>,
+    /// Steps --profile records.
+    #[arg(long, default_value_t = 10, value_name = "N", requires = "profile",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    profile_steps: u64,
     /// Save a checkpoint (DIR/last.safetensors) after every epoch and at the end.
     /// One live run per DIR: a second is refused, naming the first's pid.
     #[arg(long, value_name = "DIR")]
@@ -337,8 +349,18 @@ fn run(
     let mut step_fn = SgdStep;
     let max_steps = args.steps.unwrap_or(u64::MAX);
     let global_batch = (args.batch * world * args.accumulate) as f64;
-    // Throughput over the timed steps only (after warm-up, without evaluation).
-    let (mut timed_s, mut timed_steps, mut timed_samples) = (0.0f64, 0u64, 0.0f64);
+    // Throughput over the steps after the warm-up (and the profiled ones), as
+    // wall-clock time with the device synchronised at both ends, leaving out
+    // evaluations (see trainers::train::window).
+    let mut window = Window::new(device);
+    let profile = args.profile.as_ref().filter(|_| rank == 0);
+    let profiled = if args.profile.is_some() {
+        args.profile_steps
+    } else {
+        0
+    };
+    let timed_from = args.warmup + profiled;
+    let (mut profiler, mut profile_written): (Option<Profiler>, bool) = (None, false);
     let mut last_val: Option<Tally> = None;
     let start_epoch = state.epoch;
     'epochs: for epoch in start_epoch..args.epochs {
@@ -368,6 +390,12 @@ fn run(
         while b + args.accumulate <= batches.len() {
             if state.step >= max_steps {
                 break;
+            }
+            if state.step >= timed_from {
+                window.open();
+            }
+            if profile.is_some() && state.step == args.warmup {
+                profiler = Some(Profiler::start(device)?);
             }
             let t0 = Instant::now();
             // The step counter is in the checkpoint, so a resumed run picks up
@@ -421,10 +449,18 @@ fn run(
             state.step += 1;
             state.batch_in_epoch = b as u64;
             let dt = t0.elapsed().as_secs_f64();
-            if state.step > args.warmup {
-                timed_s += dt;
-                timed_steps += 1;
-                timed_samples += global_batch;
+            window.step(global_batch);
+            if state.step == args.warmup + profiled
+                && let (Some(p), Some(path)) = (profiler.take(), profile)
+            {
+                p.save(path)?;
+                profile_written = true;
+                eprintln!(
+                    "profile of steps {}-{} written to {}",
+                    args.warmup + 1,
+                    state.step,
+                    path.display()
+                );
             }
             pending.end_step(epoch, state.step, lr, global_batch / dt);
             if pending.len() >= PENDING_STEPS {
@@ -436,6 +472,7 @@ fn run(
         for (rec, ended) in pending.drain(&mut tally)? {
             metrics.step_at(&rec, ended)?;
         }
+        window.close();
         let epoch_s = epoch_start.elapsed().as_secs_f64();
         let epoch_done = b + args.accumulate > batches.len();
         let val = if args.no_eval {
@@ -494,11 +531,20 @@ fn run(
             eprintln!("trace of {world} rank(s) written to {}", path.display());
         }
     }
-    let samples_per_s = if timed_s > 0.0 {
-        timed_samples / timed_s
-    } else {
-        0.0
-    };
+    window.close();
+    drop(profiler.take());
+    if let Some(path) = profile.filter(|_| !profile_written) {
+        eprintln!(
+            "profile: no step {}-{} ran in this run (--warmup {}, --profile-steps {}); \
+             nothing written to {}",
+            args.warmup + 1,
+            args.warmup + args.profile_steps,
+            args.warmup,
+            args.profile_steps,
+            path.display()
+        );
+    }
+    let (samples_per_s, timed_steps) = (window.samples_per_s(), window.steps());
     let phases =
         (clock.timed_after(args.warmup as usize) > 0).then(|| clock.median(args.warmup as usize));
     if rank == 0 {

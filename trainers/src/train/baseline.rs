@@ -4,8 +4,6 @@
 //! your own), so [`compare_steps`] can tell whether another step trains exactly
 //! like the real one: lab 2's self-check and this crate's tests both call it.
 
-use std::time::Instant;
-
 use tch::Device;
 use tch::nn::VarStore;
 
@@ -129,10 +127,10 @@ impl Baseline {
         let mut clock = PhaseClock::sampled(self.device, self.phase_every);
         let mut losses = Vec::with_capacity(self.steps);
         let (mut epoch, mut order) = (0, Vec::new());
-        let mut timed_from = Instant::now();
+        let mut window = super::window::Window::new(self.device);
         for k in 0..self.steps {
             if k == self.warmup {
-                timed_from = Instant::now();
+                window.open();
             }
             let from = (k * self.batch) % (train_set.len() / self.batch * self.batch).max(1);
             if from == 0 {
@@ -155,7 +153,9 @@ impl Baseline {
             // Kept on the device: reading each loss back would make every step
             // wait for the device to finish (a host sync per step on a GPU).
             losses.push(out.loss.f_detach().map_err(crate::Error::from)?);
+            window.step(self.batch as f64);
         }
+        window.close();
         let losses: Vec<f64> = if losses.is_empty() {
             Vec::new()
         } else {
@@ -164,13 +164,7 @@ impl Baseline {
                 .and_then(Vec::<f64>::try_from)
                 .map_err(crate::Error::from)?
         };
-        let timed = self.steps.saturating_sub(self.warmup);
-        let secs = timed_from.elapsed().as_secs_f64();
-        let samples_per_s = if timed > 0 && secs > 0.0 {
-            (timed * self.batch) as f64 / secs
-        } else {
-            0.0
-        };
+        let samples_per_s = window.samples_per_s();
         let test_on_device = test_set.to_device(self.device)?;
         let eval = DistributedSampler::for_eval(test_set.len(), 1, 0)?;
         let test = evaluate(&model, &test_on_device, &eval, self.eval_batch, None)?;

@@ -8,8 +8,17 @@
 //! kernels that make them are queued like any others) and reads every queued
 //! step back in one transfer per kind when asked ([`Pending::drain`]): one wait
 //! per drain instead of several per step. The numbers are the ones the per-step
-//! reads gave: the same tensors, read later, and added to the [`Tally`] in the
-//! same order.
+//! reads gave, added to the [`Tally`] in the same order.
+//!
+//! **Few kernels per step.** A step only keeps its loss, logits and labels (no
+//! kernel: they are views of tensors the step made). The per-example losses
+//! and hits are computed at the drain, once for all its steps, over the
+//! logits concatenated: a handful of kernels per drain instead of per step,
+//! which on a GPU is host time the step loop gets back (each op costs a few
+//! microseconds to dispatch). Each example's cross-entropy and arg-max depend
+//! on its own row only, computed by the same row kernel with the same
+//! operations in the same order whatever the number of rows, so concatenating
+//! rows changes no example's bits.
 
 use std::time::Instant;
 
@@ -23,10 +32,19 @@ use crate::{Error, Result};
 struct Micro {
     /// The loss backward started from (a scalar).
     loss: Tensor,
-    /// Each example's cross-entropy, as f64 (`[N]`).
-    per_example: Tensor,
-    /// How many arg-maxes hit their label (an int64 scalar).
-    hits: Tensor,
+    /// The model's output `[N, C]`, detached.
+    logits: Tensor,
+    /// The class labels `[N]`.
+    labels: Tensor,
+}
+
+/// `t` without autograd history: itself (no op dispatched) when it has none.
+fn detached(t: &Tensor) -> Result<Tensor> {
+    Ok(if t.requires_grad() {
+        t.f_detach()?
+    } else {
+        t.shallow_clone()
+    })
 }
 
 /// A step whose host-side facts are known and whose metrics are on the device.
@@ -56,20 +74,18 @@ impl Pending {
     /// started from, and the `logits` `[N, C]` against `labels` `[N]`. Queues
     /// kernels only; reads nothing back.
     pub fn add_micro(&mut self, loss: &Tensor, logits: &Tensor, labels: &Tensor) -> Result<()> {
-        let micro = tch::no_grad(|| -> Result<Micro> {
-            let logits = logits.f_detach()?;
-            Ok(Micro {
-                loss: loss.f_detach()?,
-                per_example: logits
-                    .f_cross_entropy_loss::<Tensor>(labels, None, Reduction::None, -100, 0.0)?
-                    .f_to_kind(Kind::Double)?,
-                hits: logits
-                    .f_argmax(-1, false)?
-                    .f_eq_tensor(labels)?
-                    .f_sum(Kind::Int64)?,
-            })
-        })?;
-        self.open.push(micro);
+        if logits.dim() != 2 || labels.size() != [logits.size()[0]] {
+            return Err(Error::InvalidArgument(format!(
+                "step metrics need logits [N, C] and labels [N], got {:?} and {:?}",
+                logits.size(),
+                labels.size()
+            )));
+        }
+        self.open.push(Micro {
+            loss: detached(loss)?,
+            logits: detached(logits)?,
+            labels: labels.shallow_clone(),
+        });
         Ok(())
     }
 
@@ -96,7 +112,8 @@ impl Pending {
     }
 
     /// Reads every closed step back (one transfer for the losses, one for the
-    /// per-example losses, one for the hits), adds their examples to `tally`
+    /// per-example losses, one for the per-example hits, computed here over
+    /// all of the steps' logits at once), adds their examples to `tally`
     /// in the order they were queued, and returns their records, oldest first:
     /// the loss is the sum of the step's micro-batch losses (as backward saw
     /// them) and the accuracy the step's hits over its examples; each with the
@@ -123,22 +140,18 @@ impl Pending {
                 .map(|m| flat(&m.loss))
                 .collect::<Result<_, _>>()?,
         )?;
-        let hits = to_host(
-            micro
-                .iter()
-                .map(|m| flat(&m.hits))
-                .collect::<Result<_, _>>()?,
-        )?;
-        let lens: Vec<usize> = micro.iter().map(|m| m.per_example.numel()).collect();
-        let per_example = to_host(
-            micro
-                .iter()
-                .map(|m| m.per_example.shallow_clone())
-                .collect(),
-        )?;
+        let lens: Vec<usize> = micro.iter().map(|m| m.labels.numel()).collect();
+        let (per_example, hits) = tch::no_grad(|| -> Result<_> {
+            let logits = Tensor::f_cat(&micro.iter().map(|m| &m.logits).collect::<Vec<_>>(), 0)?;
+            let labels = Tensor::f_cat(&micro.iter().map(|m| &m.labels).collect::<Vec<_>>(), 0)?;
+            let per_example =
+                logits.f_cross_entropy_loss::<Tensor>(&labels, None, Reduction::None, -100, 0.0)?;
+            let hits = logits.f_argmax(-1, false)?.f_eq_tensor(&labels)?;
+            Ok((to_host(vec![per_example])?, to_host(vec![hits])?))
+        })?;
         if losses.len() != micro.len()
-            || hits.len() != micro.len()
             || per_example.len() != lens.iter().sum::<usize>()
+            || hits.len() != per_example.len()
         {
             return Err(Error::InvalidArgument(
                 "a queued loss or hit count was not a single number".into(),
@@ -150,7 +163,7 @@ impl Pending {
             let (mut loss, mut step_hits, mut seen) = (0.0, 0u64, 0u64);
             for _ in &s.micro {
                 let n = lens[m];
-                let hit = hits[m].max(0.0) as u64;
+                let hit = hits[at..at + n].iter().filter(|&&h| h != 0.0).count() as u64;
                 tally.add_examples(&per_example[at..at + n], hit);
                 loss += losses[m];
                 step_hits += hit;

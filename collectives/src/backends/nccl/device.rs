@@ -101,6 +101,21 @@ pub(super) fn last(api: &Api, comm: ncclComm_t) -> String {
     }
 }
 
+/// How eagerly [`Inner::wait_paced`] looks at the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pace {
+    /// The caller waits for the end: spin for the first 2 ms (small messages
+    /// end within microseconds), then poll every 100 µs.
+    Eager,
+    /// The caller was told the collective is queued and goes on without
+    /// waiting (DDP queues its copy-back meanwhile): poll every 100 µs from the
+    /// start. Each poll (`cuStreamQuery`) takes the driver's lock on the
+    /// context, and a thread spinning on it slows the thread that is launching
+    /// the next kernels in the same context; PyTorch's NCCL watchdog, likewise,
+    /// looks at its work only every so often.
+    Relaxed,
+}
+
 impl Inner {
     /// Makes this device's context current on the calling thread.
     pub(super) fn bind(&self) -> Result<()> {
@@ -164,6 +179,11 @@ impl Inner {
 
     /// Waits for the stream, watching NCCL's asynchronous errors and the deadline.
     pub(super) fn wait(&self, what: &str) -> Result<()> {
+        self.wait_paced(what, Pace::Eager)
+    }
+
+    /// [`wait`](Self::wait) at `pace`.
+    pub(super) fn wait_paced(&self, what: &str, pace: Pace) -> Result<()> {
         let (rank, device) = (self.rank, self.device);
         let deadline = Deadline::after(self.timeout);
         let start = Instant::now();
@@ -186,7 +206,7 @@ impl Inner {
             }
             deadline.check(|| format!("NCCL {what} to finish on rank {rank} (device {device})"))?;
             // Spin briefly for small-message latency, then stop burning a core.
-            if start.elapsed() < Duration::from_millis(2) {
+            if pace == Pace::Eager && start.elapsed() < Duration::from_millis(2) {
                 std::thread::yield_now();
             } else {
                 std::thread::sleep(Duration::from_micros(100));

@@ -77,7 +77,7 @@ use crate::element::{DType, ReduceOp, finish_avg};
 use crate::error::{Error, Result};
 use crate::rendezvous::{Store, barrier};
 use crate::{Backend, Collective, Communicator, Input};
-use device::{DevMem, Inner, P2p, StageSlot, last};
+use device::{DevMem, Inner, P2p, Pace, StageSlot, last};
 use loader::{Api, Res};
 
 pub use loader::{NCCL_LIB_ENV, nccl_in_torch, probe as probe_nccl};
@@ -352,11 +352,13 @@ impl NcclComm {
             let avg = body(g, in_ptr, out_ptr, native_avg)?;
             // On device buffers with nothing left for the host to do, later work
             // on the default stream already runs after the collective: say so to
-            // a caller who asked (crate::queued), then wait as always.
-            if out_dev.is_some() && avg.is_none() {
-                crate::queued::queued();
-            }
-            g.wait(collective.name())?;
+            // a caller who asked (crate::queued), then wait as always; at a
+            // relaxed pace if the caller was told, since nobody waits on the end.
+            let told = out_dev.is_some() && avg.is_none() && crate::queued::queued();
+            g.wait_paced(
+                collective.name(),
+                if told { Pace::Relaxed } else { Pace::Eager },
+            )?;
             let avg = avg.filter(|r| !r.is_empty());
             if out_dev.is_none() {
                 let host = output.host_bytes_mut(B)?;
