@@ -67,6 +67,60 @@ fn trace_has_every_phase_and_the_run_prints_the_split() {
     }
 }
 
+/// `--profile` records the steps right after the warm-up with libtorch's
+/// profiler (the optimizer's and the model's ops, autograd's nodes) and leaves
+/// them out of the throughput; a run too short for them says nothing was written.
+#[test]
+fn profile_records_the_steps_after_the_warm_up_and_leaves_them_out_of_the_timing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("profile.json");
+    let (v, stderr) = summary(&train(&[
+        "--steps",
+        "9",
+        "--warmup",
+        "2",
+        "--profile",
+        arg(&path),
+        "--profile-steps",
+        "3",
+        "--no-eval",
+    ]));
+    assert!(
+        stderr.contains("profile of steps 3-5 written to"),
+        "{stderr}"
+    );
+    assert_eq!(v["timed_steps"], 4, "9 steps - 2 warm-up - 3 profiled: {v}");
+    let t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let names: Vec<&str> = t["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "cpu_op")
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    // Three steps of the CNN: two convolutions each, and their backward nodes.
+    let convs = names.iter().filter(|n| **n == "aten::conv2d").count();
+    assert_eq!(convs, 6, "{names:?}");
+    assert!(
+        names.iter().any(|n| n.contains("ConvolutionBackward0")),
+        "{names:?}"
+    );
+
+    let none = dir.path().join("none.json");
+    let (_, stderr) = summary(&train(&[
+        "--steps",
+        "2",
+        "--warmup",
+        "2",
+        "--profile",
+        arg(&none),
+        "--no-eval",
+    ]));
+    assert!(stderr.contains("nothing written to"), "{stderr}");
+    assert!(!none.exists());
+}
+
 /// `--accumulate 2` says what the optimizer sees and which LR rule applies.
 #[test]
 fn accumulation_prints_the_effective_batch_and_the_lr_rule() {
