@@ -42,6 +42,20 @@ void write_error(const char* what, char* err, size_t len) {
   }
 }
 
+// Runs `f` and returns its result; an exception (none may cross the C
+// interface) is written into `err` and `failed` returned instead.
+template <class R, class F>
+R guarded(R failed, char* err, size_t err_len, F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    write_error(e.what(), err, err_len);
+  } catch (...) {
+    write_error("unknown C++ exception", err, err_len);
+  }
+  return failed;
+}
+
 // Runs after AccumulateGrad has written the parameter's .grad: tells Rust which
 // parameter (its index in the list hooked) is ready. Returns the outputs as
 // they are.
@@ -103,7 +117,7 @@ extern "C" {
 // calls fn(ctx, i). Null (and `err` filled) on failure, with nothing hooked.
 void* ringside_ready_hooks(const void* const* tensors, size_t n, ReadyFn fn, void* ctx,
                            char* err, size_t err_len) {
-  try {
+  return guarded<void*>(nullptr, err, err_len, [&]() -> void* {
     auto hooks = std::make_unique<ReadyHooks>();
     // Validate all before hooking any, so an error leaves no hook behind.
     for (size_t i = 0; i < n; ++i) {
@@ -127,28 +141,18 @@ void* ringside_ready_hooks(const void* const* tensors, size_t n, ReadyFn fn, voi
           hooks->accumulators[i]->add_post_hook(std::make_unique<ReadyHook>(fn, ctx, i)));
     }
     return hooks.release();
-  } catch (const std::exception& e) {
-    write_error(e.what(), err, err_len);
-  } catch (...) {
-    write_error("unknown C++ exception", err, err_len);
-  }
-  return nullptr;
+  });
 }
 
 // a.add_(b, alpha) outside autograd, as torch.optim.SGD does it: one kernel
 // (a fused multiply-add on AVX2/AVX-512 CPUs and on CUDA), PyTorch's own
 // rounding. Returns 0, or -1 with `err` filled.
 int ringside_add_scaled_(void* a, const void* b, double alpha, char* err, size_t err_len) {
-  try {
+  return guarded<int>(-1, err, err_len, [&]() -> int {
     at::NoGradGuard no_grad;
     static_cast<at::Tensor*>(a)->add_(*static_cast<const at::Tensor*>(b), alpha);
     return 0;
-  } catch (const std::exception& e) {
-    write_error(e.what(), err, err_len);
-  } catch (...) {
-    write_error("unknown C++ exception", err, err_len);
-  }
-  return -1;
+  });
 }
 
 // Removes the hooks; no call of theirs follows.
@@ -160,17 +164,12 @@ void ringside_ready_hooks_free(void* hooks) {
 }
 
 void* ringside_op_counter_new(char* err, size_t err_len) {
-  try {
+  return guarded<void*>(nullptr, err, err_len, [&]() -> void* {
     auto handle = at::addThreadLocalCallback(
         at::RecordFunctionCallback(&count_start)
             .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
     return new OpCounter{handle, tl_ops, tl_nodes};
-  } catch (const std::exception& e) {
-    write_error(e.what(), err, err_len);
-  } catch (...) {
-    write_error("unknown C++ exception", err, err_len);
-  }
-  return nullptr;
+  });
 }
 
 uint64_t ringside_op_counter_ops(const void* c) {
@@ -195,7 +194,7 @@ void ringside_op_counter_free(void* c) {
 // device's kernels and copies too when `cuda` is non-zero. Returns 0, or -1
 // with `err` filled (e.g. a profiler already running).
 int ringside_profiler_start(int cuda, char* err, size_t err_len) {
-  try {
+  return guarded<int>(-1, err, err_len, [&]() -> int {
     using torch::profiler::impl::ActivityType;
     // libtorch would start a second one over the first and lose its record.
     if (torch::profiler::impl::profilerEnabled()) {
@@ -215,29 +214,19 @@ int ringside_profiler_start(int cuda, char* err, size_t err_len) {
     torch::autograd::profiler::prepareProfiler(config, activities);
     torch::autograd::profiler::enableProfiler(config, activities);
     return 0;
-  } catch (const std::exception& e) {
-    write_error(e.what(), err, err_len);
-  } catch (...) {
-    write_error("unknown C++ exception", err, err_len);
-  }
-  return -1;
+  });
 }
 
 // Stops the profiler started on this thread and, if `path` is not null, saves
 // what it recorded there as a Chrome trace. Returns 0, or -1 with `err` filled.
 int ringside_profiler_stop(const char* path, char* err, size_t err_len) {
-  try {
+  return guarded<int>(-1, err, err_len, [&]() -> int {
     auto result = torch::autograd::profiler::disableProfiler();
     if (path != nullptr && result) {
       result->save(path);
     }
     return 0;
-  } catch (const std::exception& e) {
-    write_error(e.what(), err, err_len);
-  } catch (...) {
-    write_error("unknown C++ exception", err, err_len);
-  }
-  return -1;
+  });
 }
 
 }  // extern "C"
