@@ -31,6 +31,12 @@
 //! the socket reads (about 1.9 ms of CPU per 4 MiB call, the caller 1.4 ms), so
 //! what large messages lack under load is CPU, not priority.
 //!
+//! Again on 2026-11-27 (Xeon VM, `bench --backend gloo --peer torch -b 4M -e 64M -f 4
+//! --load 2`, 5 alternating runs at each setting, medians of the per-run ratios to
+//! torch's gloo): nice 5 gave 1.97 / 1.22 / 0.85 at 4 / 16 / 64 MiB, nice 0 gave
+//! 1.27 / 1.44 / 0.75, with per-run ratios spanning 0.58–2.16. No setting wins at
+//! every size, so the idle measurement still decides.
+//!
 //! Gloo does not hand out its threads, but a new thread inherits its
 //! creator's nice value: Gloo's devices are made on a short-lived thread
 //! that runs nicer ([`connect_nicer`]), so exactly the threads Gloo starts

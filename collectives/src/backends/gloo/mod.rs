@@ -36,6 +36,19 @@
 //! `ReduceScatterHalvingDoubling`, built per call, also gave wrong results,
 //! hence reduce_scatter below.
 //!
+//! **Under load** (two busy loops beside a 2-rank job on 2 cores): small
+//! messages beat torch.distributed's gloo, large ones do not (4 MiB: 1.3–2×
+//! torch's time; 64 MiB: at or under it). Tried on 2026-11-26/27 without a
+//! lasting gain: the loops at nice 0 (`loop_priority.rs`), Gloo's segment size
+//! (`AllreduceOptions::setMaxSegmentSize` 1, 4 or 16 MiB: 4 MiB calls took
+//! 4–7 ms under load whatever the size), and the classic ring-chunked
+//! algorithm with its pairs in Gloo's synchronous mode (the caller reads the
+//! socket itself, with or without busy polling): faster idle (4 MiB in 3.0 ms
+//! instead of 4.9 with the loop thread) but twice as slow under load at
+//! 64 MiB. What differs is how the scheduler shares the cores: beside our
+//! ranks the busy loops got 65 % of the two cores, beside torch's 35–54 %,
+//! and torch's 4 MiB call took 3.85 ms under load as idle.
+//!
 //! How each collective maps onto Gloo:
 //!
 //! | collective | Gloo |
