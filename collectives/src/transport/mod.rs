@@ -108,6 +108,9 @@ pub const FLAG_ABORT: u8 = 1;
 /// Frame flag (shared memory only): the payload stays in the sender's memory
 /// and the frame carries its address and length; see `shm::single_copy`.
 pub const FLAG_SINGLE_COPY: u8 = 2;
+/// Frame flag (shared memory only): the receiver copies the payload out with
+/// non-temporal stores; see `shm::streaming` and `shm::route`.
+pub const FLAG_STREAM: u8 = 4;
 
 /// A decoded frame header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,7 +119,7 @@ pub struct Frame {
     pub tag: Tag,
     /// Payload bytes that follow.
     pub len: u64,
-    /// [`FLAG_ABORT`] or 0.
+    /// [`FLAG_ABORT`], [`FLAG_SINGLE_COPY`], [`FLAG_STREAM`] or 0.
     pub flags: u8,
 }
 

@@ -74,7 +74,8 @@ use self::segment::{Layout, SHM_DIR, Segment, create_segment, open_segment, ring
 use self::single_copy::{DESCRIPTOR_LEN, Reach};
 use self::wait::{OVERSUBSCRIBED_SPIN_TIME, OVERSUBSCRIBED_YIELDS, SPIN_TIME, Wait, YIELDS};
 use super::{
-    FLAG_SINGLE_COPY, Frame, HEADER_LEN, Sink, Tag, Transport, TransportOptions, WaitWatch,
+    FLAG_SINGLE_COPY, FLAG_STREAM, Frame, HEADER_LEN, Sink, Tag, Transport, TransportOptions,
+    WaitWatch,
 };
 use crate::error::{Error, Result};
 use crate::rendezvous::{Store, barrier};
@@ -354,7 +355,8 @@ impl Transport for ShmTransport {
         // and with the message's size which path a message takes.
         let whole = (tag.count as usize).saturating_mul(tag.dtype.size());
         let route = send.map(|(peer, payload)| self.route(peer, payload.len(), whole, tag.seq));
-        let single = route.is_some_and(|(r, _)| r.single);
+        let single = route.is_some_and(|(r, _)| r.single());
+        let streaming = route.is_some_and(|(r, _)| r.streaming());
         let started = route.filter(|(r, _)| r.timed).map(|_| Instant::now());
         // A single-copy message streams its descriptor instead of the
         // payload; the array outlives the exchange's borrow of it.
@@ -369,7 +371,13 @@ impl Transport for ShmTransport {
                 hdr: Frame {
                     tag: *tag,
                     len: payload.len() as u64,
-                    flags: if single { FLAG_SINGLE_COPY } else { 0 },
+                    flags: if single {
+                        FLAG_SINGLE_COPY
+                    } else if streaming {
+                        FLAG_STREAM
+                    } else {
+                        0
+                    },
                 }
                 .encode(),
                 body,

@@ -11,7 +11,7 @@ use super::segment::REASON_MAX;
 use super::single_copy::{self, DESCRIPTOR_LEN};
 use super::streaming;
 use crate::error::{Error, Result};
-use crate::transport::{FLAG_ABORT, FLAG_SINGLE_COPY, Frame, HEADER_LEN, Sink, Tag};
+use crate::transport::{FLAG_ABORT, FLAG_SINGLE_COPY, FLAG_STREAM, Frame, HEADER_LEN, Sink, Tag};
 
 /// Our side of one ring: our own position and the last seen position of the
 /// other side (re-read only when it is not enough, to avoid cache misses).
@@ -222,6 +222,8 @@ impl ShmTransport {
                 }
                 r.stage = Stage::Remote { addr, done: 0 };
             } else {
+                // The sender's route learner chose a streaming copy-out.
+                r.stream |= frame.flags & FLAG_STREAM != 0;
                 c.pos += HEADER_LEN as u64;
                 r.stage = if r.want == 0 {
                     Stage::Done

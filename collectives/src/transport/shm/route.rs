@@ -1,5 +1,8 @@
 //! Which path a large message to another process takes, ring or single copy,
-//! learnt by timing both (`RINGSIDE_SHM_SINGLE_COPY=auto`, the default).
+//! learnt by timing both (`RINGSIDE_SHM_SINGLE_COPY=auto`, the default); and
+//! for operations of 8 MiB or more, a third: the ring with the receiver's
+//! copy-out made with non-temporal stores (`streaming.rs`), flagged in the
+//! frame header (`FLAG_STREAM`) when chosen.
 //!
 //! Neither path wins everywhere, and the machine decides which does:
 //! - on the 2-core EPYC VM of issue 14, `process_vm_readv` copied at 5 to
@@ -11,8 +14,14 @@
 //!   win at 1 MiB (10.1 against 6.8) and from 16 MiB on (6.8 against 6.4 at
 //!   16 MiB, 5.2 against 4.3 at 64 MiB).
 //!
-//! So a sender times its first calls of each size class both ways and then
-//! keeps the faster, as NCCL's tuner picks an algorithm per size, but from
+//! - on that Xeon VM again, whose sysfs names the host's 480 MiB L3 so that
+//!   the receiver's own rule never streams, a 64 MiB all_reduce whose
+//!   copies out streamed was 2–10 % faster (3 of 3 alternating runs, ring
+//!   and streaming learnt against the build without the third path), and
+//!   8–32 MiB ones were not (within ±5 %, either way).
+//!
+//! So a sender times its first calls of each size class every way and then
+//! keeps the fastest, as NCCL's tuner picks an algorithm per size, but from
 //! measurements on this machine rather than a model of it. A class is the
 //! message's size and the whole operation's size (powers of two): an
 //! all_reduce's cache behaviour depends on both (see `streaming.rs`).
@@ -25,10 +34,11 @@
 //! would have been timed on reductions only and the other on copies only (and
 //! was: the first version picked single copy for 16 MiB on one run, 0.76×
 //! the ring). The first call of a class is not timed (it may fault pages
-//! in), then [`SAMPLES`] calls of each path alternate, ring first, and the
-//! path with the shorter best sample wins (noise only ever adds time). That
-//! is five calls per class: a benchmark's warm-up, or a training job's first
-//! steps. Every rank of a symmetric collective sees the same sequence of
+//! in), then [`SAMPLES`] calls of each path take turns, ring first, and the
+//! path with the shortest best sample wins (noise only ever adds time); a
+//! path other than the ring must beat it outright. That is five calls per
+//! class with two paths, seven with three: a benchmark's warm-up, or a
+//! training job's first steps. Every rank of a symmetric collective sees the same sequence of
 //! classes, so the ranks explore in step and each sample is of both
 //! directions taking the same path. A class is learnt once per communicator.
 //!
@@ -63,6 +73,47 @@ impl Class {
     }
 }
 
+/// How a message travels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Path {
+    /// Through the ring, copied out with ordinary stores.
+    Ring,
+    /// Through the ring, copied out with non-temporal stores (`streaming.rs`).
+    Streaming,
+    /// By `process_vm_readv` from the sender's memory (`single_copy.rs`).
+    Single,
+}
+
+impl Path {
+    /// In the order they are tried, the ring first.
+    const ALL: [Path; 3] = [Path::Ring, Path::Streaming, Path::Single];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The paths a class may take besides the ring.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Arms {
+    /// The receiver can read our memory (single copy).
+    pub(super) single: bool,
+    /// The operation is large enough that its copies may be better off
+    /// bypassing the cache, and small enough that the receiver does not
+    /// stream it by its own rule (`streaming::worth_learning`).
+    pub(super) streaming: bool,
+}
+
+impl Arms {
+    fn allows(self, path: Path) -> bool {
+        match path {
+            Path::Ring => true,
+            Path::Streaming => self.streaming,
+            Path::Single => self.single,
+        }
+    }
+}
+
 /// The call of a class in progress: its path and the time its messages took.
 #[derive(Clone, Copy, Debug)]
 struct Call {
@@ -75,16 +126,17 @@ struct Call {
 #[derive(Debug)]
 struct Learnt {
     class: Class,
+    arms: Arms,
     calls: u32,
     current: Option<Call>,
-    ring: Vec<Duration>,
-    single: Vec<Duration>,
-    decided: Option<bool>,
+    /// Per path (indexed by [`Path::index`]), its timed calls.
+    samples: [Vec<Duration>; 3],
+    decided: Option<Path>,
 }
 
 impl Learnt {
-    /// Files the finished call's time under its path, and decides once both
-    /// paths have their samples.
+    /// Files the finished call's time under its path, and decides once every
+    /// path this class may take has its samples.
     fn close_call(&mut self) {
         let Some(call) = self.current.take() else {
             return;
@@ -92,50 +144,89 @@ impl Learnt {
         if !call.route.timed || self.decided.is_some() {
             return;
         }
-        let v = if call.route.single {
-            &mut self.single
-        } else {
-            &mut self.ring
-        };
+        let v = &mut self.samples[call.route.path.index()];
         if v.len() < SAMPLES {
             v.push(call.took);
         }
-        if self.ring.len() == SAMPLES && self.single.len() == SAMPLES {
-            // Single copy must win outright: the ring is the path every
-            // machine has, and a tie keeps it.
-            self.decided = Some(best(&self.single) < best(&self.ring));
+        let tried = |p: &Path| self.samples[p.index()].len() == SAMPLES;
+        if Path::ALL
+            .iter()
+            .filter(|p| self.arms.allows(**p))
+            .all(tried)
+        {
+            // Another path must beat the ring outright: the ring is the path
+            // every machine has, and a tie keeps it.
+            let ring = best(&self.samples[Path::Ring.index()]);
+            self.decided = Some(
+                Path::ALL[1..]
+                    .iter()
+                    .filter(|p| self.arms.allows(**p))
+                    .map(|&p| (best(&self.samples[p.index()]), p))
+                    .filter(|&(t, _)| t < ring)
+                    .min_by_key(|&(t, _)| t)
+                    .map_or(Path::Ring, |(_, p)| p),
+            );
         }
+    }
+
+    /// The path to time next: the allowed one with the fewest samples, the
+    /// ring first on a tie (a failed call records nothing, so a path may be
+    /// due twice).
+    fn next_to_try(&self) -> Path {
+        Path::ALL
+            .into_iter()
+            .filter(|p| self.arms.allows(*p))
+            .min_by_key(|p| self.samples[p.index()].len())
+            .unwrap_or(Path::Ring)
     }
 }
 
 /// The decision for one message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Route {
-    /// Whether the message goes by single copy.
-    pub(super) single: bool,
+    /// How it travels.
+    pub(super) path: Path,
     /// Whether its exchange is timed for [`Routes::record`].
     pub(super) timed: bool,
 }
 
-/// Per size class: the path that measured faster, or the next to try.
+impl Route {
+    /// `path`, not timed.
+    pub(super) fn untimed(path: Path) -> Route {
+        Route { path, timed: false }
+    }
+
+    /// Whether the message goes by single copy.
+    pub(super) fn single(self) -> bool {
+        self.path == Path::Single
+    }
+
+    /// Whether the receiver copies it out with non-temporal stores.
+    pub(super) fn streaming(self) -> bool {
+        self.path == Path::Streaming
+    }
+}
+
+/// Per size class: the path that measured fastest, or the next to try.
 #[derive(Debug, Default)]
 pub(super) struct Routes {
     classes: Vec<Learnt>,
 }
 
 impl Routes {
-    /// The path for a message of `class` in call `seq`: the call's path if
-    /// it has one, else the next call's.
-    pub(super) fn pick(&mut self, class: Class, seq: u32) -> Route {
+    /// The path for a message of `class` in call `seq`, which may take the
+    /// ring or `arms`: the call's path if it has one, else the next call's.
+    /// A class keeps the arms of its first message.
+    pub(super) fn pick(&mut self, class: Class, seq: u32, arms: Arms) -> Route {
         let at = match self.classes.iter().position(|l| l.class == class) {
             Some(i) => i,
             None => {
                 self.classes.push(Learnt {
                     class,
+                    arms,
                     calls: 0,
                     current: None,
-                    ring: Vec::with_capacity(SAMPLES),
-                    single: Vec::with_capacity(SAMPLES),
+                    samples: Default::default(),
                     decided: None,
                 });
                 self.classes.len() - 1
@@ -148,18 +239,11 @@ impl Routes {
         l.close_call();
         l.calls = l.calls.saturating_add(1);
         let route = match l.decided {
-            Some(single) => Route {
-                single,
-                timed: false,
-            },
-            None if l.calls <= SKIP => Route {
-                single: false,
-                timed: false,
-            },
-            // Alternate, ring first, until both have their samples (a
-            // failed call records nothing, so this may take more calls).
+            Some(path) => Route::untimed(path),
+            None if l.calls <= SKIP => Route::untimed(Path::Ring),
+            // Round-robin, ring first, until every path has its samples.
             None => Route {
-                single: l.ring.len() > l.single.len(),
+                path: l.next_to_try(),
                 timed: true,
             },
         };
@@ -194,8 +278,8 @@ impl Routes {
     }
 
     /// What each decided class chose, for `Debug` and tests: (bit length of
-    /// the message's size, of the operation's size, single copy?).
-    pub(super) fn decided(&self) -> Vec<(u8, u8, bool)> {
+    /// the message's size, of the operation's size, path).
+    pub(super) fn decided(&self) -> Vec<(u8, u8, Path)> {
         self.classes
             .iter()
             .filter_map(|l| l.decided.map(|d| (l.class.msg, l.class.whole, d)))
@@ -216,6 +300,12 @@ mod tests {
         Duration::from_millis(n)
     }
 
+    /// Ring or single copy, as between two processes below the streaming range.
+    const SINGLE: Arms = Arms {
+        single: true,
+        streaming: false,
+    };
+
     /// Runs `routes` over `calls` calls of `per_call` messages of `class`,
     /// each message taking `ring` or `single` ms by its path; returns each
     /// call's path.
@@ -231,10 +321,10 @@ mod tests {
             .map(|seq| {
                 let mut path = None;
                 for _ in 0..per_call {
-                    let r = routes.pick(class, seq);
-                    assert!(path.is_none_or(|p| p == r.single), "one path per call");
-                    path = Some(r.single);
-                    routes.record(class, ms(if r.single { single } else { ring }));
+                    let r = routes.pick(class, seq, SINGLE);
+                    assert!(path.is_none_or(|p| p == r.single()), "one path per call");
+                    path = Some(r.single());
+                    routes.record(class, ms(if r.single() { single } else { ring }));
                 }
                 path.unwrap_or(false)
             })
@@ -252,7 +342,7 @@ mod tests {
             took,
             [false, false, true, false, true, true, true, true, true]
         );
-        assert_eq!(routes.decided(), vec![(22, 23, true)]);
+        assert_eq!(routes.decided(), vec![(22, 23, Path::Single)]);
     }
 
     #[test]
@@ -279,15 +369,15 @@ mod tests {
         for seq in 0..8u32 {
             let mut call = Vec::new();
             for m in 0..16u64 {
-                let r = routes.pick(c, seq);
-                call.push(r.single);
+                let r = routes.pick(c, seq, SINGLE);
+                call.push(r.single());
                 let base = if m % 2 == 0 { 30 } else { 10 };
-                routes.record(c, ms(base + u64::from(r.single)));
+                routes.record(c, ms(base + u64::from(r.single())));
             }
             assert!(call.iter().all(|&p| p == call[0]), "call {seq}: {call:?}");
             paths.push(call[0]);
         }
-        assert_eq!(routes.decided(), vec![(21, 25, false)]);
+        assert_eq!(routes.decided(), vec![(21, 25, Path::Ring)]);
         assert!(!paths[7]);
     }
 
@@ -296,7 +386,7 @@ mod tests {
         let mut routes = Routes::default();
         let c = Class::of(1 << 20, 1 << 20);
         drive(&mut routes, c, 10, 1, 5, 5);
-        assert_eq!(routes.decided(), vec![(21, 21, false)]);
+        assert_eq!(routes.decided(), vec![(21, 21, Path::Ring)]);
     }
 
     #[test]
@@ -307,19 +397,61 @@ mod tests {
         assert_ne!(small, big, "the operation's size is part of the class");
         drive(&mut routes, small, 10, 2, 5, 9);
         drive(&mut routes, big, 10, 2, 9, 5);
-        assert_eq!(routes.decided(), vec![(21, 22, false), (21, 27, true)]);
+        assert_eq!(
+            routes.decided(),
+            vec![(21, 22, Path::Ring), (21, 27, Path::Single)]
+        );
     }
 
     #[test]
     fn a_failed_call_records_nothing_and_is_tried_again() {
         let mut routes = Routes::default();
         let c = Class::of(4 << 20, 8 << 20);
-        assert!(!routes.pick(c, 0).timed);
-        let first = routes.pick(c, 1);
-        assert!(first.timed && !first.single);
+        assert!(!routes.pick(c, 0, SINGLE).timed);
+        let first = routes.pick(c, 1, SINGLE);
+        assert!(first.timed && !first.single());
         routes.discard(c);
         // The call failed: nothing filed, so the ring is due again.
-        let again = routes.pick(c, 2);
-        assert!(again.timed && !again.single);
+        let again = routes.pick(c, 2, SINGLE);
+        assert!(again.timed && !again.single());
+    }
+
+    /// Runs `calls` one-message calls of `class` with every arm, each path
+    /// taking its time in ms from `took`; returns each call's path.
+    fn drive3(routes: &mut Routes, class: Class, calls: u32, took: [u64; 3]) -> Vec<Path> {
+        let arms = Arms {
+            single: true,
+            streaming: true,
+        };
+        (0..calls)
+            .map(|seq| {
+                let r = routes.pick(class, seq, arms);
+                routes.record(class, ms(took[r.path.index()]));
+                r.path
+            })
+            .collect()
+    }
+
+    /// This VM's 64 MiB all_reduce: its sysfs names the host's 480 MiB L3,
+    /// so the receiver's own rule never streams, while streaming the copies
+    /// out was 8 % faster (issue 27).
+    #[test]
+    fn streaming_is_tried_as_a_third_path_and_kept_when_it_is_fastest() {
+        let mut routes = Routes::default();
+        let c = Class::of(32 << 20, 64 << 20);
+        let paths = drive3(&mut routes, c, 10, [16, 14, 21]);
+        use Path::*;
+        assert_eq!(
+            paths,
+            [
+                Ring, Ring, Streaming, Single, Ring, Streaming, Single, Streaming, Streaming,
+                Streaming
+            ]
+        );
+        assert_eq!(routes.decided(), vec![(26, 27, Streaming)]);
+        // Where streaming loses (the data fits in the cache), the ring stays.
+        let mut routes = Routes::default();
+        drive3(&mut routes, Class::of(8 << 20, 16 << 20), 10, [10, 12, 11]);
+        assert_eq!(routes.decided(), vec![(24, 25, Ring)]);
     }
 }

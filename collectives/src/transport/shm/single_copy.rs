@@ -42,8 +42,9 @@ use std::sync::atomic::{Ordering, fence};
 use std::time::Instant;
 
 use super::ShmTransport;
-use super::route::{Class, Route};
+use super::route::{Arms, Class, Path, Route};
 use super::segment::{Layout, R_PROBE, Segment};
+use super::streaming;
 use crate::error::{Error, Result};
 use crate::transport::Sink;
 
@@ -222,8 +223,8 @@ impl ShmTransport {
 
     /// The path of a `len`-byte message to `peer` in call `seq` of an
     /// operation over `whole` bytes: single copy where the peer offers it
-    /// and, between processes in `auto` mode, where timing chose it
-    /// (`route.rs`).
+    /// and, between processes in `auto` mode, where timing chose it; the
+    /// ring with a streaming copy-out where timing chose that (`route.rs`).
     pub(super) fn route(
         &mut self,
         peer: usize,
@@ -232,19 +233,18 @@ impl ShmTransport {
         seq: u32,
     ) -> (Route, Class) {
         let class = Class::of(len, whole);
-        let untimed = |single| Route {
-            single,
-            timed: false,
-        };
-        if !self.single_copy_to(peer, len) {
-            return (untimed(false), class);
+        let single = self.single_copy_to(peer, len);
+        if single && (self.mode != Mode::Auto || self.peers[peer].pid == std::process::id()) {
+            return (Route::untimed(Path::Single), class);
         }
-        let route = if self.mode != Mode::Auto || self.peers[peer].pid == std::process::id() {
-            untimed(true)
-        } else {
-            self.routes.pick(class, seq)
+        let arms = Arms {
+            single,
+            streaming: streaming::worth_learning(len, whole),
         };
-        (route, class)
+        if arms == Arms::default() {
+            return (Route::untimed(Path::Ring), class);
+        }
+        (self.routes.pick(class, seq, arms), class)
     }
 
     /// Moves the next piece of a single-copy message from `peer`'s buffer

@@ -203,6 +203,19 @@ fn child_rank() {
                 assert!(got == pattern(0, seq, BIG), "swap {seq}");
             }
         }
+        "swap-streaming" => {
+            for seq in 0..SWAPS {
+                let mine = pattern(1, seq, STREAMING);
+                let mut got = vec![0u8; STREAMING];
+                t.exchange(
+                    &tag(seq, STREAMING),
+                    Some((0, &mine)),
+                    Some((0, Sink::Copy(&mut got))),
+                )
+                .unwrap();
+                assert!(got == pattern(0, seq, STREAMING), "swap {seq}");
+            }
+        }
         // Offer to read rank 0's memory, then exit without reading.
         "exit" => {}
         "bench" => bench_peer(&mut t),
@@ -306,7 +319,50 @@ fn auto_mode_times_both_paths_then_keeps_one_and_every_message_arrives() {
     }
     // One class, decided one way or the other (which depends on the machine).
     assert_eq!(decided.len(), 1, "{decided:?}");
-    eprintln!("auto chose single copy: {}", decided[0].2);
+    eprintln!("auto chose {:?}", decided[0].2);
+}
+
+/// A message in the range where the ring's copy-out may stream
+/// (`streaming::worth_learning`): 8 MiB and a few bytes.
+const STREAMING: usize = (8 << 20) + 20;
+
+/// With single copy off, messages of 8 MiB still have two paths, the ring
+/// copied out with ordinary or with non-temporal stores: the sender times
+/// both (its third call streams, flagged in the header), keeps one, and
+/// every message arrives intact both ways.
+#[test]
+fn the_ring_times_a_streaming_copy_out_as_a_path_and_every_message_arrives() {
+    let off = [("RINGSIDE_SHM_SINGLE_COPY", "off".to_owned())];
+    let (_dir, mut child, mut t) =
+        parent_and_child("swap-streaming", Duration::from_secs(30), &off);
+    assert!(!t.single_copy_to(1, STREAMING));
+    for seq in 0..SWAPS {
+        let mine = pattern(0, seq, STREAMING);
+        let mut got = vec![0u8; STREAMING];
+        t.exchange(
+            &tag(seq, STREAMING),
+            Some((1, &mine)),
+            Some((1, Sink::Copy(&mut got))),
+        )
+        .unwrap();
+        assert!(got == pattern(1, seq, STREAMING), "swap {seq}");
+    }
+    assert!(child.wait().unwrap().success());
+    let decided = t.routes.decided();
+    if !super::super::streaming::worth_learning(STREAMING, STREAMING) {
+        eprintln!(
+            "this machine's cache is small enough that 8 MiB streams by rule: nothing to learn"
+        );
+        assert!(decided.is_empty(), "{decided:?}");
+        return;
+    }
+    assert_eq!(decided.len(), 1, "{decided:?}");
+    assert_ne!(
+        decided[0].2,
+        super::super::route::Path::Single,
+        "{decided:?}"
+    );
+    eprintln!("the ring chose {:?}", decided[0].2);
 }
 
 #[test]
