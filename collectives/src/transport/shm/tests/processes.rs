@@ -191,30 +191,10 @@ fn child_rank() {
         // Swap a message of one size class with rank 0, both ways at
         // once, as a 2-rank ring does (`auto` mode, the default).
         "swap" => {
-            for seq in 0..SWAPS {
-                let mine = pattern(1, seq, BIG);
-                let mut got = vec![0u8; BIG];
-                t.exchange(
-                    &tag(seq, BIG),
-                    Some((0, &mine)),
-                    Some((0, Sink::Copy(&mut got))),
-                )
-                .unwrap();
-                assert!(got == pattern(0, seq, BIG), "swap {seq}");
-            }
+            swap(&mut t, 1, 0, BIG);
         }
         "swap-streaming" => {
-            for seq in 0..SWAPS {
-                let mine = pattern(1, seq, STREAMING);
-                let mut got = vec![0u8; STREAMING];
-                t.exchange(
-                    &tag(seq, STREAMING),
-                    Some((0, &mine)),
-                    Some((0, Sink::Copy(&mut got))),
-                )
-                .unwrap();
-                assert!(got == pattern(0, seq, STREAMING), "swap {seq}");
-            }
+            swap(&mut t, 1, 0, STREAMING);
         }
         // Offer to read rank 0's memory, then exit without reading.
         "exit" => {}
@@ -293,23 +273,29 @@ fn single_copy_between_processes_reads_the_senders_memory() {
     assert!(child.wait().unwrap().success());
 }
 
-/// Messages swapped by the `swap` role: enough to decide their class.
+/// Messages swapped by the `swap` roles: enough to decide their class.
 const SWAPS: u32 = 12;
+
+/// Rank `me` swaps [`SWAPS`] messages of `len` bytes with `peer` (which runs
+/// the same), each checked on arrival.
+fn swap(t: &mut ShmTransport, me: usize, peer: usize, len: usize) {
+    for seq in 0..SWAPS {
+        let mine = pattern(me, seq, len);
+        let mut got = vec![0u8; len];
+        t.exchange(
+            &tag(seq, len),
+            Some((peer, &mine)),
+            Some((peer, Sink::Copy(&mut got))),
+        )
+        .unwrap();
+        assert!(got == pattern(peer, seq, len), "swap {seq}");
+    }
+}
 
 #[test]
 fn auto_mode_times_both_paths_then_keeps_one_and_every_message_arrives() {
     let (_dir, mut child, mut t) = parent_and_child("swap", Duration::from_secs(20), &[]);
-    for seq in 0..SWAPS {
-        let mine = pattern(0, seq, BIG);
-        let mut got = vec![0u8; BIG];
-        t.exchange(
-            &tag(seq, BIG),
-            Some((1, &mine)),
-            Some((1, Sink::Copy(&mut got))),
-        )
-        .unwrap();
-        assert!(got == pattern(1, seq, BIG), "swap {seq}");
-    }
+    swap(&mut t, 0, 1, BIG);
     assert!(child.wait().unwrap().success());
     let decided = t.routes.decided();
     if !t.single_copy_to(1, BIG) {
@@ -336,17 +322,7 @@ fn the_ring_times_a_streaming_copy_out_as_a_path_and_every_message_arrives() {
     let (_dir, mut child, mut t) =
         parent_and_child("swap-streaming", Duration::from_secs(30), &off);
     assert!(!t.single_copy_to(1, STREAMING));
-    for seq in 0..SWAPS {
-        let mine = pattern(0, seq, STREAMING);
-        let mut got = vec![0u8; STREAMING];
-        t.exchange(
-            &tag(seq, STREAMING),
-            Some((1, &mine)),
-            Some((1, Sink::Copy(&mut got))),
-        )
-        .unwrap();
-        assert!(got == pattern(1, seq, STREAMING), "swap {seq}");
-    }
+    swap(&mut t, 0, 1, STREAMING);
     assert!(child.wait().unwrap().success());
     let decided = t.routes.decided();
     if !super::super::streaming::worth_learning(STREAMING, STREAMING) {
