@@ -37,6 +37,16 @@
 //! 1.27 / 1.44 / 0.75, with per-run ratios spanning 0.58–2.16. No setting wins at
 //! every size, so the idle measurement still decides.
 //!
+//! Again on 2026-11-27, after Gloo's large calls moved to a worker thread
+//! (`worker.rs`): under two busy loops, `bench --backend gloo -b 4 -e 256K -f 4
+//! --load 2` in 7 alternating runs at each setting had calls stalled at a tick or
+//! more (a median above 2 ms) in 51 of 126 medians at nice 5 and 21 of 126 at
+//! nice 0, but whole runs fell into or out of that state either way (another 3
+//! runs at nice 0 were stalled or slow at small sizes where 3 at 5 were not), and
+//! idle, 2 alternating runs of `bench --backend gloo --peer torch -b 4 -e 64M -f 4`
+//! each, nice 0 took 12.1–12.2 ms at 16 MiB and 49–52 ms at 64 MiB where nice 5
+//! took 10.2–10.8 and 42.5–42.6. The loops stay at 5.
+//!
 //! Gloo does not hand out its threads, but a new thread inherits its
 //! creator's nice value: Gloo's devices are made on a short-lived thread
 //! that runs nicer ([`connect_nicer`]), so exactly the threads Gloo starts

@@ -8,6 +8,8 @@
 //! `GLOO_SOCKET_IFNAME` (as PyTorch reads it), else on `opts.listen_ip`.
 //! Gloo's event-loop threads run 5 nicer than the rank (`loop_priority.rs`:
 //! they busy-poll, and on few cores they held the rank's core for a tick).
+//! Calls on buffers of 1 MiB and more run on a worker thread while the caller
+//! waits, as in PyTorch's `ProcessGroupGloo` (`worker.rs`).
 //! Gloo's context timeout is `opts.timeout`; Gloo's "timed out" errors become
 //! [`Error::Timeout`], every other C++ exception an [`Error::Protocol`] — none
 //! escapes as an abort. After any error the communicator refuses further calls.
@@ -36,18 +38,25 @@
 //! `ReduceScatterHalvingDoubling`, built per call, also gave wrong results,
 //! hence reduce_scatter below.
 //!
-//! **Under load** (two busy loops beside a 2-rank job on 2 cores): small
-//! messages beat torch.distributed's gloo, large ones do not (4 MiB: 1.3–2×
-//! torch's time; 64 MiB: at or under it). Tried on 2026-11-26/27 without a
-//! lasting gain: the loops at nice 0 (`loop_priority.rs`), Gloo's segment size
-//! (`AllreduceOptions::setMaxSegmentSize` 1, 4 or 16 MiB: 4 MiB calls took
-//! 4–7 ms under load whatever the size), and the classic ring-chunked
-//! algorithm with its pairs in Gloo's synchronous mode (the caller reads the
-//! socket itself, with or without busy polling): faster idle (4 MiB in 3.0 ms
-//! instead of 4.9 with the loop thread) but twice as slow under load at
-//! 64 MiB. What differs is how the scheduler shares the cores: beside our
-//! ranks the busy loops got 65 % of the two cores, beside torch's 35–54 %,
-//! and torch's 4 MiB call took 3.85 ms under load as idle.
+//! **Under load** (two busy loops beside a 2-rank job on 2 cores), measured
+//! with `ringside bench --backend gloo --peer torch --load 2`: what decides a
+//! call's time is how much CPU the rank gets and how late it is woken, not how
+//! much CPU the call needs (about the same as torch's: ~2.2 ms per rank for
+//! 4 MiB idle, 7.5–9 ms for 16 MiB under load, against torch's ~2.9 and ~7.8).
+//! What was found on 2026-11-27 (`worker.rs` has the figures): with Gloo
+//! called on the rank's thread, the kernel's load balancer never packed the
+//! busy loops together and each rank got a third of a core, where torch's
+//! ranks, which hand each call to a worker thread, got more than half. Tried
+//! without a lasting gain on 2026-11-26/27: the loop threads at nice 0
+//! (`loop_priority.rs`), Gloo's segment size (`AllreduceOptions::setMaxSegmentSize` 1, 4 or 16 MiB),
+//! the classic ring-chunked algorithm with its pairs in Gloo's synchronous mode
+//! (faster idle, twice as slow under load at 64 MiB), and a shorter scheduler
+//! slice for every rank thread (`sched_setattr`, 100 µs: same stalls). Still
+//! open: in some runs most calls under 1 MiB take one or more scheduler ticks
+//! (4 ms) under load. `perf sched timehist` of such a run shows both ranks'
+//! loop threads asleep for 3.5 ms with no run-queue delay and woken together
+//! at the tick of the core a busy loop held: the wake-up from the other rank
+//! arrives late, not the CPU.
 //!
 //! How each collective maps onto Gloo:
 //!
@@ -71,6 +80,7 @@
 
 mod loop_priority;
 pub mod preload;
+mod worker;
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -263,6 +273,8 @@ pub struct GlooComm {
     algo: GlooAlgo,
     timeout: Duration,
     inner: Mutex<Inner>,
+    /// Where every Gloo call runs (`worker.rs` says why).
+    worker: worker::Worker,
 }
 
 struct Inner {
@@ -331,7 +343,10 @@ impl GlooComm {
                 stored.unwrap_or_else(|| gloo_error(&e, opts.timeout))
             })
         })?;
+        // Made here, on the rank's thread, so it keeps the rank's priority.
+        let worker = worker::Worker::start()?;
         Ok(GlooComm {
+            worker,
             rank,
             world,
             algo,
@@ -363,17 +378,42 @@ impl GlooComm {
     /// communicator broken (Gloo's state after an exception is unknown).
     fn run(
         &self,
+        bytes: usize,
         body: impl FnOnce(&mut Inner, u32) -> std::result::Result<Result<()>, cxx::Exception>,
     ) -> Result<()> {
         let mut g = self.lock()?;
         g.seq = g.seq.wrapping_add(1);
         let seq = g.seq;
-        match body(&mut g, seq) {
-            Ok(res) => res,
-            Err(e) => {
+        let inner: &mut Inner = &mut g;
+        let step = self.call(bytes, || body(inner, seq));
+        self.settle(&mut g, step)
+    }
+
+    /// Runs `f`, which calls into Gloo on a buffer of `bytes`: on the worker
+    /// thread from [`worker::FROM_BYTES`] up, else on the caller's (see
+    /// `worker.rs` for why).
+    fn call(&self, bytes: usize, f: impl FnOnce() -> Step) -> Result<Step> {
+        if bytes < worker::FROM_BYTES {
+            return Ok(f());
+        }
+        let f = AssertSend(f);
+        self.worker.call(move || f.into_inner()())
+    }
+
+    /// What a Gloo call's outcome means for the caller; any error from Gloo
+    /// marks the communicator broken (Gloo's state after an exception is
+    /// unknown), and so does a panic on the worker.
+    fn settle(&self, g: &mut Inner, step: Result<Step>) -> Result<()> {
+        match step {
+            Ok(Ok(res)) => res,
+            Ok(Err(e)) => {
                 let err = gloo_error(&e, self.timeout);
                 g.broken = Some(err.to_string());
                 Err(err)
+            }
+            Err(panicked) => {
+                g.broken = Some(panicked.to_string());
+                Err(panicked)
             }
         }
     }
@@ -419,7 +459,7 @@ impl Communicator for GlooComm {
 
     fn all_reduce(&self, input: Input<'_>, output: &mut BufferMut<'_>, op: ReduceOp) -> Result<()> {
         let (n, algo) = (self.world, self.algo);
-        self.run(|g, tag| -> Step {
+        self.run(output.byte_len(), |g, tag| -> Step {
             let (dtype, count) = (output.dtype(), output.len());
             let src = check!(input_bytes(B, &input, dtype, count, "all_reduce"));
             let out = check!(output.host_bytes_mut(B));
@@ -444,7 +484,7 @@ impl Communicator for GlooComm {
 
     fn broadcast(&self, input: Input<'_>, output: &mut BufferMut<'_>, root: usize) -> Result<()> {
         let me = self.rank;
-        self.run(|g, tag| -> Step {
+        self.run(output.byte_len(), |g, tag| -> Step {
             let r = check!(self.check_root(root));
             let (dtype, count) = (output.dtype(), output.len());
             let src = if me == root {
@@ -472,7 +512,7 @@ impl Communicator for GlooComm {
         root: usize,
     ) -> Result<()> {
         let (n, me) = (self.world, self.rank);
-        self.run(|g, tag| -> Step {
+        self.run(output.byte_len(), |g, tag| -> Step {
             let r = check!(self.check_root(root));
             let dtype = output.dtype();
             let count = match &input {
@@ -519,7 +559,7 @@ impl Communicator for GlooComm {
 
     fn all_gather(&self, input: Input<'_>, output: &mut BufferMut<'_>) -> Result<()> {
         let (n, me) = (self.world, self.rank);
-        self.run(|g, tag| -> Step {
+        self.run(output.byte_len(), |g, tag| -> Step {
             let dtype = output.dtype();
             let count = check!(per_rank(output.len(), n, "all_gather output"));
             let src = check!(input_bytes(B, &input, dtype, count, "all_gather"));
@@ -554,7 +594,7 @@ impl Communicator for GlooComm {
         op: ReduceOp,
     ) -> Result<()> {
         let (n, me) = (self.world, self.rank);
-        self.run(|g, tag| -> Step {
+        self.run(output.byte_len() * n, |g, tag| -> Step {
             let dtype = output.dtype();
             let count = check!(blocked_count(&input, output.len(), n, "reduce_scatter"));
             let src = check!(input_bytes(B, &input, dtype, n * count, "reduce_scatter"));
@@ -586,7 +626,7 @@ impl Communicator for GlooComm {
 
     fn all_to_all(&self, input: Input<'_>, output: &mut BufferMut<'_>) -> Result<()> {
         let n = self.world;
-        self.run(|g, tag| -> Step {
+        self.run(output.byte_len(), |g, tag| -> Step {
             let dtype = output.dtype();
             let count = check!(per_rank(output.len(), n, "all_to_all output"));
             let src = check!(input_bytes(B, &input, dtype, n * count, "all_to_all"));
@@ -613,7 +653,7 @@ impl Communicator for GlooComm {
 
     fn gather(&self, input: Input<'_>, output: &mut BufferMut<'_>, root: usize) -> Result<()> {
         let (n, me) = (self.world, self.rank);
-        self.run(|g, tag| -> Step {
+        self.run(output.byte_len(), |g, tag| -> Step {
             let r = check!(self.check_root(root));
             let dtype = output.dtype();
             let count = check!(gather_count(&input, output.len(), n, me == root));
@@ -643,7 +683,7 @@ impl Communicator for GlooComm {
 
     fn scatter(&self, input: Input<'_>, output: &mut BufferMut<'_>, root: usize) -> Result<()> {
         let (n, me) = (self.world, self.rank);
-        self.run(|g, tag| -> Step {
+        self.run(output.byte_len(), |g, tag| -> Step {
             let r = check!(self.check_root(root));
             let dtype = output.dtype();
             let count = check!(blocked_count(&input, output.len(), n, "scatter"));
@@ -678,7 +718,7 @@ impl Communicator for GlooComm {
 
     fn barrier(&self) -> Result<()> {
         let n = self.world;
-        self.run(|g, tag| -> Step {
+        self.run(0, |g, tag| -> Step {
             if n > 1 {
                 g.comm.pin_mut().barrier(tag)?;
             }
@@ -687,7 +727,7 @@ impl Communicator for GlooComm {
     }
 
     fn send(&self, buf: &Buffer<'_>, peer: usize) -> Result<()> {
-        self.point_to_point(peer, |comm| {
+        self.point_to_point(peer, buf.byte_len(), |comm| {
             let bytes = check!(buf.host_bytes(B));
             if !bytes.is_empty() {
                 comm.pin_mut().send(bytes, peer as i32)?;
@@ -697,7 +737,7 @@ impl Communicator for GlooComm {
     }
 
     fn recv(&self, buf: &mut BufferMut<'_>, peer: usize) -> Result<()> {
-        self.point_to_point(peer, |comm| {
+        self.point_to_point(peer, buf.byte_len(), |comm| {
             let bytes = check!(buf.host_bytes_mut(B));
             if !bytes.is_empty() {
                 comm.pin_mut().recv(bytes, peer as i32)?;
@@ -712,6 +752,7 @@ impl GlooComm {
     fn point_to_point(
         &self,
         peer: usize,
+        bytes: usize,
         body: impl FnOnce(&mut cxx::UniquePtr<ffi::Comm>) -> Step,
     ) -> Result<()> {
         if peer >= self.world || peer == self.rank {
@@ -721,14 +762,27 @@ impl GlooComm {
             )));
         }
         let mut g = self.lock()?;
-        match body(&mut g.comm) {
-            Ok(res) => res,
-            Err(e) => {
-                let err = gloo_error(&e, self.timeout);
-                g.broken = Some(err.to_string());
-                Err(err)
-            }
-        }
+        let comm = &mut g.comm;
+        let step = self.call(bytes, || body(comm));
+        self.settle(&mut g, step)
+    }
+}
+
+/// Lets a Gloo call's closure, which borrows the caller's buffers (views that
+/// hold raw pointers, so not `Send`), run on the worker thread.
+struct AssertSend<F>(F);
+
+// SAFETY: the buffers are host memory borrowed for the call, and the caller is
+// blocked in `Worker::call` until the closure has finished, so exactly one
+// thread touches them at any time, as with a scoped thread. Device buffers are
+// refused before any Gloo call (`host_bytes` / `host_bytes_mut`).
+unsafe impl<F> Send for AssertSend<F> {}
+
+impl<F> AssertSend<F> {
+    /// A method, not a field access: a closure that named `.0` would capture
+    /// only the field, which is not `Send`.
+    fn into_inner(self) -> F {
+        self.0
     }
 }
 
