@@ -162,7 +162,7 @@ pub fn partition(count: usize, parts: usize, esize: usize) -> Vec<Range<usize>> 
 /// Borrows `buf[src]` shared and `buf[dst]` mutably at once.
 ///
 /// Overlapping ranges or ranges past the end of `buf` are an
-/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming both, not a
+/// [`Error::InvalidArgument`] naming both, not a
 /// panic: lab 6's learners call this with block indices of their own, and a
 /// wrong index must read as "you sent and received the same block", not as a
 /// slice-index panic inside a rank thread that leaves its peers waiting.

@@ -1,6 +1,6 @@
 //! The two lines every ringside program starts with: become a rank of a job
 //! (spawning local ranks when run plainly, joining a launcher's job otherwise),
-//! then connect a communicator. With the `clap` feature, [`JobArgs`] declares
+//! then connect a communicator. With the `clap` feature, `JobArgs` declares
 //! the flags for both (`--nproc --backend --transport --algo --timeout`) once
 //! for every program.
 //!

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 
 /// Threads a rank runs at most: its main thread, the flight recorder's
 /// responder, a TCP transport's progress thread, and one to spare (the store
-/// server on rank 0 uses a small bounded pool, counted in [`SLACK_THREADS`]).
+/// server on rank 0 uses a small bounded pool, counted in `SLACK_THREADS`).
 pub const THREADS_PER_RANK: u64 = 4;
 /// Threads the launcher and rank 0's store pool need beyond the per-rank ones.
 const SLACK_THREADS: u64 = 64;

@@ -25,7 +25,7 @@
 //! - `Avg` is `MPI_SUM` followed by [`finish_avg`].
 //! - float16 and bfloat16 have no standard MPI type: they travel as a committed
 //!   2-byte contiguous type, and reductions on them use user-defined,
-//!   commutative `MPI_Op`s that call [`reduce_into`], so each pairwise
+//!   commutative `MPI_Op`s that call [`crate::element::reduce_into`], so each pairwise
 //!   reduction rounds exactly as the reference backend's does.
 //! - Communicators use `MPI_ERRORS_RETURN`: an MPI failure comes back as an
 //!   [`Error::Protocol`] carrying MPI's own error string, not an abort.

@@ -67,7 +67,7 @@ impl TcpStore {
     /// hello the store closes before answering (it drops the oldest silent
     /// connections when strangers flood it) is retried too, with a growing
     /// pause, until `timeout`; then the error says what kept happening. The
-    /// token itself is never sent (see [`proof`](super::proof)): a store that
+    /// token itself is never sent (see `proof` in the store module): a store that
     /// cannot prove it holds `token` (ranks with different tokens, or another
     /// program on the port) fails with [`Error::Auth`] before the client proves
     /// anything. A world-size disagreement or a rank out of range fails with
