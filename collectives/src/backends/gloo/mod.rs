@@ -48,8 +48,9 @@
 //! busy loops together and each rank got a third of a core, where torch's
 //! ranks, which hand each call to a worker thread, got more than half. Tried
 //! without a lasting gain on 2026-11-26/27: the loop threads at nice 0
-//! (`loop_priority.rs`), Gloo's segment size (`AllreduceOptions::setMaxSegmentSize` 1, 4 or 16 MiB),
-//! the classic ring-chunked algorithm with its pairs in Gloo's synchronous mode
+//! (`loop_priority.rs`), Gloo's segment size (`setMaxSegmentSize` 1, 4 or
+//! 16 MiB before the worker; 1 against 4 MiB with it), the classic
+//! ring-chunked algorithm with its pairs in Gloo's synchronous mode
 //! (faster idle, twice as slow under load at 64 MiB), and a shorter scheduler
 //! slice for every rank thread (`sched_setattr`, 100 µs: same stalls). Still
 //! open: in some runs most calls under 1 MiB take one or more scheduler ticks
@@ -273,7 +274,7 @@ pub struct GlooComm {
     algo: GlooAlgo,
     timeout: Duration,
     inner: Mutex<Inner>,
-    /// Where every Gloo call runs (`worker.rs` says why).
+    /// Where Gloo calls on 1 MiB and more run (`worker.rs` says why).
     worker: worker::Worker,
 }
 
