@@ -1,6 +1,7 @@
-//! Every Gloo call runs on one thread of its own per communicator while the
-//! caller waits, as PyTorch's `ProcessGroupGloo` runs each collective on its
-//! worker threads (`runLoop`) and the caller waits on the work's future.
+//! Gloo calls on buffers of [`FROM_BYTES`] (1 MiB) and more run on one thread
+//! of their own per communicator while the caller waits, as PyTorch's
+//! `ProcessGroupGloo` runs each collective on its worker threads (`runLoop`)
+//! and the caller waits on the work's future.
 //!
 //! Why: under load, where the ranks compete for the CPU with other programs,
 //! this decides how much CPU a rank gets. Measured on the 2-core Xeon VM on
