@@ -156,12 +156,7 @@ impl Learnt {
         if v.len() < SAMPLES {
             v.push(call.took);
         }
-        let tried = |p: &Path| self.samples[p.index()].len() == SAMPLES;
-        if Path::ALL
-            .iter()
-            .filter(|p| self.arms.allows(**p))
-            .all(tried)
-        {
+        if self.lacking().is_none() {
             // Another path must beat the ring outright: the ring is the path
             // every machine has, and a tie keeps it.
             let ring = best(&self.samples[Path::Ring.index()]);
@@ -179,13 +174,13 @@ impl Learnt {
 
     /// The path to time next: the first allowed one, ring first, that lacks
     /// samples, so each path is timed on [`SAMPLES`] consecutive calls (a
-    /// failed call records nothing, so a path may be due once more).
-    fn next_to_try(&self) -> Path {
+    /// failed call records nothing, so a path may be due once more); none
+    /// once every path has its samples.
+    fn lacking(&self) -> Option<Path> {
         Path::ALL
             .into_iter()
             .filter(|p| self.arms.allows(*p))
             .find(|p| self.samples[p.index()].len() < SAMPLES)
-            .unwrap_or(Path::Ring)
     }
 }
 
@@ -251,7 +246,7 @@ impl Routes {
             None if l.calls <= SKIP => Route::untimed(Path::Ring),
             // Each path for its samples in a row, ring first.
             None => Route {
-                path: l.next_to_try(),
+                path: l.lacking().unwrap_or(Path::Ring),
                 timed: true,
             },
         };

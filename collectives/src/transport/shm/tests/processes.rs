@@ -314,8 +314,8 @@ const STREAMING: usize = (8 << 20) + 20;
 
 /// With single copy off, messages of 8 MiB still have two paths, the ring
 /// copied out with ordinary or with non-temporal stores: the sender times
-/// both (its third call streams, flagged in the header), keeps one, and
-/// every message arrives intact both ways.
+/// both (the calls after the ring's samples stream, flagged in the header),
+/// keeps one, and every message arrives intact both ways.
 #[test]
 fn the_ring_times_a_streaming_copy_out_as_a_path_and_every_message_arrives() {
     let off = [("RINGSIDE_SHM_SINGLE_COPY", "off".to_owned())];
