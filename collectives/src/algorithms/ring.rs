@@ -66,8 +66,13 @@ pub fn all_gather_blocks(
 
 /// Bytes per rank in one slice of a large all_reduce (see [`all_reduce`]).
 const SLICE_BLOCK: usize = 1 << 20;
-/// Buffers of at least this many slices are reduced slice by slice.
-const MIN_SLICES: usize = 8;
+/// Buffers of at least this many slices are reduced slice by slice: from
+/// 32 MiB at world 2. A 16 MiB buffer stays whole, so its 8 MiB messages may
+/// go by single copy where that measures faster (`transport/shm/route.rs`):
+/// on the Xeon VM of issue 27 whole took 1.9–2.2 ms against 2.7–3.2 sliced
+/// and OpenMPI's 2.3–2.8 (peers, 3 alternating rounds), while 32 MiB sliced
+/// stayed faster than whole (5.8–6.8 ms against 6.5–7.6).
+const MIN_SLICES: usize = 16;
 
 /// In-place ring all_reduce of `buf` (`Avg` is left as a sum; the caller divides).
 ///

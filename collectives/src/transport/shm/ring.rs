@@ -7,6 +7,7 @@
 use std::sync::atomic::Ordering;
 
 use super::ShmTransport;
+use super::route::{Class, Path};
 use super::segment::REASON_MAX;
 use super::single_copy::{self, DESCRIPTOR_LEN};
 use super::streaming;
@@ -201,6 +202,17 @@ impl ShmTransport {
                 });
             }
             frame.expect(self.rank, r.peer, tag, r.want)?;
+            if r.peer < self.rank {
+                let whole = (tag.count as usize).saturating_mul(tag.dtype.size());
+                let path = if frame.flags & FLAG_SINGLE_COPY != 0 {
+                    Path::Single
+                } else if frame.flags & FLAG_STREAM != 0 {
+                    Path::Streaming
+                } else {
+                    Path::Ring
+                };
+                self.routes.follow(Class::of(r.want, whole), tag.seq, path);
+            }
             if frame.flags & FLAG_SINGLE_COPY != 0 {
                 // The sender writes the descriptor with the header. Our tail
                 // stays before both until the read is over: it is the

@@ -47,7 +47,11 @@
 //! benchmark's warm-up and first iterations, or a training job's first
 //! steps. Every rank of a symmetric collective sees the same sequence of
 //! classes, so the ranks explore in step and each sample is of both
-//! directions taking the same path. A class is learnt once per communicator.
+//! directions taking the same path. Each rank decides on its own samples,
+//! so where two paths nearly tie the ranks could decide apart; a rank
+//! therefore follows the path its lower-ranked peer's messages of a decided
+//! class arrive by ([`Routes::follow`]), and every pair ends on rank 0's
+//! choice one call later. A class is learnt once per communicator.
 //!
 //! Single copy here always means `process_vm_readv`: peers that are threads
 //! of one process read each other's buffers directly, which always wins, and
@@ -140,6 +144,8 @@ struct Learnt {
     /// Per path (indexed by [`Path::index`]), its timed calls.
     samples: [Vec<Duration>; 3],
     decided: Option<Path>,
+    /// The call whose pick found the class decided first.
+    decided_at: u32,
 }
 
 impl Learnt {
@@ -231,6 +237,7 @@ impl Routes {
                     current: None,
                     samples: Default::default(),
                     decided: None,
+                    decided_at: 0,
                 });
                 self.classes.len() - 1
             }
@@ -239,7 +246,11 @@ impl Routes {
         if let Some(call) = l.current.filter(|c| c.seq == seq) {
             return call.route;
         }
+        let was_decided = l.decided.is_some();
         l.close_call();
+        if !was_decided && l.decided.is_some() {
+            l.decided_at = seq;
+        }
         l.calls = l.calls.saturating_add(1);
         let route = match l.decided {
             Some(path) => Route::untimed(path),
@@ -256,6 +267,25 @@ impl Routes {
             took: Duration::ZERO,
         });
         route
+    }
+
+    /// A message of `class` in call `seq` from a lower-ranked peer arrived
+    /// by `path`. Once this rank has decided the class too (the ranks learn
+    /// in step, so the peer had decided by then), it takes the peer's path
+    /// where it may: each rank decides on its own samples, and two near-equal
+    /// paths could otherwise split the ranks, one sending by single copy
+    /// while the other streams through the ring, slower than either (a 16 MiB
+    /// all_reduce on the Xeon VM: 3.4 ms split against 2.2 by single copy,
+    /// when the ring sampled 2.567 ms on one rank and 2.570 on the other).
+    /// Following the lower rank settles every pair on one choice: rank 0's.
+    pub(super) fn follow(&mut self, class: Class, seq: u32, path: Path) {
+        if let Some(l) = self.classes.iter_mut().find(|l| l.class == class)
+            && l.decided.is_some()
+            && seq >= l.decided_at
+            && l.arms.allows(path)
+        {
+            l.decided = Some(path);
+        }
     }
 
     /// Adds the time one exchange of `class` took to its call's sample.
@@ -484,5 +514,45 @@ mod tests {
         let mut routes = Routes::default();
         drive3(&mut routes, Class::of(8 << 20, 16 << 20), 15, [10, 12, 11]);
         assert_eq!(routes.decided(), vec![(24, 25, Ring)]);
+    }
+
+    /// Two ranks whose ring and single copy sample within a few µs of each
+    /// other decided apart (issue 27, a 16 MiB all_reduce: rank 0 kept the
+    /// ring, rank 1 took single copy, and the call took 3.4 ms against 2.2).
+    /// The higher rank now follows the lower one's path once both decided.
+    #[test]
+    fn ranks_that_sample_a_near_tie_apart_settle_on_the_lower_ranks_path() {
+        let c = Class::of(8 << 20, 16 << 20);
+        // Per path (ring, streaming, single), µs: single copy is a hair
+        // faster on rank 1 and a hair slower on rank 0.
+        let took = |rank: usize, p: Path| match (rank, p) {
+            (_, Path::Ring) => 2_567,
+            (_, Path::Streaming) => 2_850,
+            (0, Path::Single) => 2_580,
+            (_, Path::Single) => 2_563,
+        };
+        let arms = Arms {
+            single: true,
+            streaming: true,
+        };
+        let mut ranks = [Routes::default(), Routes::default()];
+        let mut sent = [Vec::new(), Vec::new()];
+        for seq in 0..16u32 {
+            for (rank, routes) in ranks.iter_mut().enumerate() {
+                let r = routes.pick(c, seq, arms);
+                sent[rank].push(r.path);
+                routes.record(c, Duration::from_micros(took(rank, r.path)));
+            }
+            // Rank 1 receives rank 0's message of this call; rank 0 would
+            // receive rank 1's, from a higher rank, which it never follows.
+            ranks[1].follow(c, seq, sent[0][seq as usize]);
+        }
+        assert_eq!(ranks[0].decided(), vec![(24, 25, Path::Ring)]);
+        assert_eq!(ranks[1].decided(), vec![(24, 25, Path::Ring)]);
+        // Exploration is never overridden, and from the call after the
+        // decision on both ranks send alike.
+        assert_eq!(sent[0][..13], sent[1][..13]);
+        assert_eq!(sent[1][13], Path::Single, "rank 1's own choice, once");
+        assert_eq!(sent[0][14..], sent[1][14..]);
     }
 }
