@@ -19,6 +19,10 @@ use std::sync::OnceLock;
 /// [`threshold`]: the sender's route learner times it (`route.rs`).
 const LEARN_FROM: usize = 8 << 20;
 
+/// The smallest message whose copy-out is worth timing both ways: a sliced
+/// all_reduce's messages are 1 MiB (`algorithms/ring.rs`).
+const MIN_MESSAGE: usize = 64 << 10;
+
 /// Messages at least this large are copied out of the ring with
 /// non-temporal stores: three quarters of the last-level cache (glibc's
 /// `x86_shared_non_temporal_threshold`), or 8 MiB where sysfs does not say.
@@ -38,8 +42,11 @@ pub(super) fn threshold() -> usize {
 
 /// Whether a `len`-byte message of an operation over `whole` bytes is in the
 /// range where streaming it is timed rather than decided by [`threshold`].
+/// Messages under [`MIN_MESSAGE`] never are: a large operation's small
+/// messages (its agreement round, a header with no payload) copy too little
+/// for the stores to matter, and a class of their own was learnt for nothing.
 pub(super) fn worth_learning(len: usize, whole: usize) -> bool {
-    (LEARN_FROM..threshold()).contains(&len.max(whole))
+    len >= MIN_MESSAGE && (LEARN_FROM..threshold()).contains(&len.max(whole))
 }
 
 /// The largest cache of CPU 0 as sysfs reports it (bytes).
@@ -120,5 +127,25 @@ mod tests {
         assert_eq!(parse_size("512"), Some(512));
         assert_eq!(parse_size("x"), None);
         assert!(threshold() >= 1 << 10);
+    }
+
+    /// A 32 MiB all_reduce's header-only agreement message was learnt as a
+    /// class of its own, ring against streaming, for a copy of no bytes.
+    #[test]
+    fn a_large_operations_empty_and_tiny_messages_are_not_timed_for_streaming() {
+        let whole = LEARN_FROM * 4;
+        if whole >= threshold() {
+            // sysfs names a cache so small that such an operation always
+            // streams: nothing is learnt at all here.
+            println!("skipped: threshold {} B is below {whole} B", threshold());
+            return;
+        }
+        assert!(!worth_learning(0, whole));
+        assert!(!worth_learning(MIN_MESSAGE - 1, whole));
+        assert!(worth_learning(MIN_MESSAGE, whole));
+        assert!(
+            worth_learning(1 << 20, whole),
+            "a sliced all_reduce's messages"
+        );
     }
 }
