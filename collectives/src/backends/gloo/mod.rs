@@ -54,10 +54,16 @@
 //! (faster idle, twice as slow under load at 64 MiB), and a shorter scheduler
 //! slice for every rank thread (`sched_setattr`, 100 µs: same stalls). Still
 //! open: in some runs most calls under 1 MiB take one or more scheduler ticks
-//! (4 ms) under load. `perf sched timehist` of such a run shows both ranks'
-//! loop threads asleep for 3.5 ms with no run-queue delay and woken together
-//! at the tick of the core a busy loop held: the wake-up from the other rank
-//! arrives late, not the CPU.
+//! (4 ms) under load. A `perf sched record` of such a sweep (2026-11-27) shows
+//! run-queue delay, not a late message: a rank's loop thread, woken by the
+//! other rank's send, waited 3.45 ms on its core while the busy loop there ran
+//! out its slice, with both ranks' loop threads on that core and the callers on
+//! the other. Such delays over 1 ms hit about 1 % of wake-ups, of ringside's
+//! threads and torch's alike in the traced runs; a run stalls when they land on
+//! its critical path. (An earlier reading, "asleep with no run-queue delay",
+//! was wrong.) Also tried without effect then: a 100 µs slice for every thread
+//! of the job from its start, Gloo's loops included; every call on the worker;
+//! `bcube` at small sizes.
 //!
 //! How each collective maps onto Gloo:
 //!
