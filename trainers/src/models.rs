@@ -174,8 +174,12 @@ impl Blueprint {
     /// Build each blueprint once per VarStore path: tch renames a variable that
     /// already exists (`weight__7`) instead of failing, which would break the
     /// stable names.
+    ///
+    /// Initial weights are drawn from libtorch's one generator under the
+    /// crate's draw lock ([`crate::seed::drawing`]), so that a build here never
+    /// lands between another thread's seed and its draw.
     pub fn build(self, root: &nn::Path) -> Stage {
-        Stage {
+        crate::seed::drawing(|| Stage {
             layers: self
                 .layers
                 .into_iter()
@@ -184,7 +188,7 @@ impl Blueprint {
                     (name, layer)
                 })
                 .collect(),
-        }
+        })
     }
 }
 
@@ -801,9 +805,8 @@ mod tests {
         let data = crate::data::synthetic(64, 3).unwrap();
         for bp in all() {
             let name = bp.name().to_owned();
-            tch::manual_seed(0);
             let vs = nn::VarStore::new(Device::Cpu);
-            let model = bp.build(&vs.root());
+            let model = crate::seed::seeded(0, || bp.build(&vs.root()));
             let mut opt = nn::Sgd::default().build(&vs, 0.01).unwrap();
             let before = loss_on(&model, &data.images, &data.labels);
             opt.backward_step(&before);
@@ -820,7 +823,6 @@ mod tests {
         // One thread: on a shared 2-core machine two OpenMP threads spin-waiting on
         // each other made this 12-23 s instead of 3.5 s.
         tch::set_num_threads(1);
-        tch::manual_seed(0);
         let dir = crate::data::DEFAULT_DIR;
         let train = crate::data::load(dir, crate::data::Split::Train)
             .unwrap()
@@ -831,7 +833,7 @@ mod tests {
             .head(1000)
             .unwrap();
         let vs = nn::VarStore::new(Device::Cpu);
-        let model = cnn().build(&vs.root());
+        let model = crate::seed::seeded(0, || cnn().build(&vs.root()));
         let mut opt = nn::Adam::default().build(&vs, 1e-3).unwrap();
         let sampler = crate::sampler::DistributedSampler::new(train.len(), 1, 0).unwrap();
         let mut step = 0;

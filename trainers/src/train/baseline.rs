@@ -116,9 +116,9 @@ impl Baseline {
         test_set: &Dataset,
         init: Option<&[(String, tch::Tensor)]>,
     ) -> Result<BaselineRun, S::Error> {
-        tch::manual_seed(self.seed as i64);
         let vs = VarStore::new(self.device);
-        let mut model = self.arch.blueprint().build(&vs.root());
+        let mut model =
+            crate::seed::seeded(self.seed as i64, || self.arch.blueprint().build(&vs.root()));
         if let Some(init) = init {
             load_weights(&vs, init)?;
         }

@@ -194,10 +194,11 @@ mod tests {
     use super::*;
 
     fn batch(seed: i64, n: i64) -> (Tensor, Tensor) {
-        tch::manual_seed(seed);
-        let logits = Tensor::randn([n, 10], (Kind::Float, Device::Cpu));
-        let labels = Tensor::randint(10, [n], (Kind::Int64, Device::Cpu));
-        (logits, labels)
+        crate::seed::seeded(seed, || {
+            let logits = Tensor::randn([n, 10], (Kind::Float, Device::Cpu));
+            let labels = Tensor::randint(10, [n], (Kind::Int64, Device::Cpu));
+            (logits, labels)
+        })
     }
 
     /// Two steps of two micro-batches each (the second step's last one short),
