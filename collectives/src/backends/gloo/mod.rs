@@ -63,7 +63,10 @@
 //! its critical path. (An earlier reading, "asleep with no run-queue delay",
 //! was wrong.) Also tried without effect then: a 100 µs slice for every thread
 //! of the job from its start, Gloo's loops included; every call on the worker;
-//! `bcube` at small sizes.
+//! `bcube` at small sizes; and pinning each rank (caller and loops) to a core
+//! of its own, which made it worse: every small call then took 2–21 ms, most
+//! 12–16 (three to four ticks), where unpinned the scheduler sometimes moves a
+//! woken thread off a busy core.
 //!
 //! How each collective maps onto Gloo:
 //!
