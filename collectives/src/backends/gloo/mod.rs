@@ -67,10 +67,10 @@
 //! of its own, which made it worse: every small call then took 2–21 ms, most
 //! 12–16 (three to four ticks), where unpinned the scheduler sometimes moves a
 //! woken thread off a busy core. A lead, found last: `ringside sweep --backend
-//! gloo` (the same calls without `bench` around them) stalled at 0 of 8 sizes
-//! in 10 of 10 runs, idle and under load, where alternating `bench` runs
-//! stalled at 2–3 of 8 idle and 1–8 of 8 under load: the cause lies in what
-//! `bench` does around the calls.
+//! gloo` (the same calls without `bench` around them) stalled at 6 of 160
+//! sizes in 20 runs (0–2 of 8 each), idle and under load, where alternating
+//! `bench` runs stalled at 2–3 of 8 idle and 1–8 of 8 under load: the cause
+//! lies largely in what `bench` does around the calls.
 //!
 //! How each collective maps onto Gloo:
 //!
