@@ -53,24 +53,19 @@
 //! ring-chunked algorithm with its pairs in Gloo's synchronous mode
 //! (faster idle, twice as slow under load at 64 MiB), and a shorter scheduler
 //! slice for every rank thread (`sched_setattr`, 100 µs: same stalls). Still
-//! open: in some runs most calls under 1 MiB take one or more scheduler ticks
-//! (4 ms) under load. A `perf sched record` of such a sweep (2026-11-27) shows
-//! run-queue delay, not a late message: a rank's loop thread, woken by the
-//! other rank's send, waited 3.45 ms on its core while the busy loop there ran
-//! out its slice, with both ranks' loop threads on that core and the callers on
-//! the other. Such delays over 1 ms hit about 1 % of wake-ups, of ringside's
-//! threads and torch's alike in the traced runs; a run stalls when they land on
-//! its critical path. (An earlier reading, "asleep with no run-queue delay",
-//! was wrong.) Also tried without effect then: a 100 µs slice for every thread
-//! of the job from its start, Gloo's loops included; every call on the worker;
-//! `bcube` at small sizes; and pinning each rank (caller and loops) to a core
-//! of its own, which made it worse: every small call then took 2–21 ms, most
-//! 12–16 (three to four ticks), where unpinned the scheduler sometimes moves a
-//! woken thread off a busy core. A lead, found last: `ringside sweep --backend
-//! gloo` (the same calls without `bench` around them) stalled at 6 of 160
-//! sizes in 20 runs (0–2 of 8 each), idle and under load, where alternating
-//! `bench` runs stalled at 2–3 of 8 idle and 1–8 of 8 under load: the cause
-//! lies largely in what `bench` does around the calls.
+//! open: in some runs calls under 1 MiB take one or more scheduler ticks (4 ms)
+//! under load; counted by median, rarely (2026-11-27, 23 runs with the torch
+//! peer under `--load 2`: ours at 4 of 169 sizes, torch's at 7). A `perf sched
+//! record` under two busy loops shows what such a call is: run-queue delay,
+//! not a late message. A rank's loop thread, woken by the other rank's send,
+//! waited 3.45 ms on its core while the busy loop there ran out its slice, with
+//! both ranks' loop threads on that core and the callers on the other. Such
+//! delays over 1 ms hit about 1 % of wake-ups, of ringside's threads and torch's
+//! alike. (An earlier reading, "asleep with no run-queue delay", was wrong.)
+//! `bcube` at small sizes did no better; pinning each rank (caller and loops)
+//! to a core of its own did worse: medians of 8.0–8.1 ms (two ticks) at 14 of
+//! 16 sizes in 3 of 3 runs, where unpinned the scheduler moves a woken thread
+//! off a busy core.
 //!
 //! How each collective maps onto Gloo:
 //!
