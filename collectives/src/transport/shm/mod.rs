@@ -73,10 +73,7 @@ use self::ring::{Cursor, Rx, Stage, Tx};
 use self::segment::{Layout, SHM_DIR, Segment, create_segment, open_segment, ring_capacity};
 use self::single_copy::{DESCRIPTOR_LEN, Reach};
 use self::wait::{OVERSUBSCRIBED_SPIN_TIME, OVERSUBSCRIBED_YIELDS, SPIN_TIME, Wait, YIELDS};
-use super::{
-    FLAG_SINGLE_COPY, FLAG_STREAM, Frame, HEADER_LEN, Sink, Tag, Transport, TransportOptions,
-    WaitWatch,
-};
+use super::{Frame, HEADER_LEN, Sink, Tag, Transport, TransportOptions, WaitWatch};
 use crate::error::{Error, Result};
 use crate::rendezvous::{Store, barrier};
 
@@ -148,6 +145,12 @@ impl fmt::Debug for ShmTransport {
             .field("routes_decided", &self.routes.decided())
             .finish_non_exhaustive()
     }
+}
+
+/// The bytes of the whole operation a message belongs to (its tag's count
+/// of its dtype): with the message's own size, what its route is learnt by.
+pub(super) fn op_bytes(tag: &Tag) -> usize {
+    (tag.count as usize).saturating_mul(tag.dtype.size())
 }
 
 impl ShmTransport {
@@ -353,10 +356,9 @@ impl Transport for ShmTransport {
         // The whole operation's buffer decides whether copies stream (an
         // all_reduce of 32 MiB receives 16 MiB messages but sweeps 32 MiB),
         // and with the message's size which path a message takes.
-        let whole = (tag.count as usize).saturating_mul(tag.dtype.size());
+        let whole = op_bytes(tag);
         let route = send.map(|(peer, payload)| self.route(peer, payload.len(), whole, tag.seq));
         let single = route.is_some_and(|(r, _)| r.single());
-        let streaming = route.is_some_and(|(r, _)| r.streaming());
         let started = route.filter(|(r, _)| r.timed).map(|_| Instant::now());
         // A single-copy message streams its descriptor instead of the
         // payload; the array outlives the exchange's borrow of it.
@@ -371,13 +373,7 @@ impl Transport for ShmTransport {
                 hdr: Frame {
                     tag: *tag,
                     len: payload.len() as u64,
-                    flags: if single {
-                        FLAG_SINGLE_COPY
-                    } else if streaming {
-                        FLAG_STREAM
-                    } else {
-                        0
-                    },
+                    flags: route.map_or(0, |(r, _)| r.path.flag()),
                 }
                 .encode(),
                 body,

@@ -203,15 +203,9 @@ impl ShmTransport {
             }
             frame.expect(self.rank, r.peer, tag, r.want)?;
             if r.peer < self.rank {
-                let whole = (tag.count as usize).saturating_mul(tag.dtype.size());
-                let path = if frame.flags & FLAG_SINGLE_COPY != 0 {
-                    Path::Single
-                } else if frame.flags & FLAG_STREAM != 0 {
-                    Path::Streaming
-                } else {
-                    Path::Ring
-                };
-                self.routes.follow(Class::of(r.want, whole), tag.seq, path);
+                let class = Class::of(r.want, super::op_bytes(tag));
+                self.routes
+                    .follow(class, tag.seq, Path::of_flags(frame.flags));
             }
             if frame.flags & FLAG_SINGLE_COPY != 0 {
                 // The sender writes the descriptor with the header. Our tail

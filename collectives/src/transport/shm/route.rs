@@ -52,10 +52,11 @@
 //! whose stores leave the buffers out of the cache, it warmed up for longer,
 //! and in four alternating whole sweeps each the 16 MiB class took single
 //! copy in 4 of 4 with this order against 1 of 4 with streaming before it
-//! (1.95–2.13 ms a call against 2.26–2.66). That is nine calls or
-//! more per class with two paths, thirteen or more with three: a benchmark's
-//! warm-up and first iterations, or a training job's first steps. Every rank of a symmetric collective sees the same sequence of
-//! classes, so the ranks explore in step and each sample is of both
+//! (1.95–2.13 ms a call against 2.26–2.66). That is nine calls or more per
+//! class with two paths, thirteen or more with three: a benchmark's warm-up
+//! and first iterations, or a training job's first steps. Every rank of a
+//! symmetric collective sees the same sequence of classes, so the ranks
+//! explore in step and each sample is of both
 //! directions taking the same path. Each rank decides on its own samples,
 //! so where two paths nearly tie the ranks could decide apart; a rank
 //! therefore follows the path its lower-ranked peer's messages of a decided
@@ -67,6 +68,8 @@
 //! peers that cannot be read (ptrace rules) only ever get the ring.
 
 use std::time::Duration;
+
+use crate::transport::{FLAG_SINGLE_COPY, FLAG_STREAM};
 
 /// Timed calls per path, in a row, before a class is decided (see the module
 /// docs for why four).
@@ -124,6 +127,26 @@ impl Path {
 
     fn index(self) -> usize {
         self as usize
+    }
+
+    /// The frame-header flag that tells the receiver how a message travels.
+    pub(super) fn flag(self) -> u8 {
+        match self {
+            Path::Ring => 0,
+            Path::Streaming => FLAG_STREAM,
+            Path::Single => FLAG_SINGLE_COPY,
+        }
+    }
+
+    /// The path a received frame's flags say its message took.
+    pub(super) fn of_flags(flags: u8) -> Path {
+        if flags & FLAG_SINGLE_COPY != 0 {
+            Path::Single
+        } else if flags & FLAG_STREAM != 0 {
+            Path::Streaming
+        } else {
+            Path::Ring
+        }
     }
 }
 
@@ -217,10 +240,7 @@ impl Learnt {
     /// (one that far behind cannot win by warming up), up to [`MAX_SAMPLES`].
     fn due(&self, path: Path) -> bool {
         let v = &self.samples[path.index()];
-        if v.len() < SAMPLES {
-            return true;
-        }
-        let Some((last, before)) = v.split_last() else {
+        let (Some((last, before)), false) = (v.split_last(), v.len() < SAMPLES) else {
             return true;
         };
         let others = Path::ALL
@@ -253,11 +273,6 @@ impl Route {
     /// Whether the message goes by single copy.
     pub(super) fn single(self) -> bool {
         self.path == Path::Single
-    }
-
-    /// Whether the receiver copies it out with non-temporal stores.
-    pub(super) fn streaming(self) -> bool {
-        self.path == Path::Streaming
     }
 }
 
