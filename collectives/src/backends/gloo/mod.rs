@@ -212,7 +212,8 @@ fn kv_get(kv: &Kv<'_>, key: &cxx::CxxString) -> std::result::Result<Vec<u8>, Str
 /// Which Gloo all_reduce runs (codes shared with the shim).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GlooAlgo {
-    /// `gloo::allreduce` with Gloo's own choice.
+    /// `gloo::allreduce` with `Algorithm::BCUBE` below [`BCUBE_BELOW`] bytes,
+    /// Gloo's own choice (its ring) from there.
     Default = 0,
     /// `gloo::allreduce` with `Algorithm::RING`.
     Ring = 1,
@@ -224,7 +225,44 @@ pub enum GlooAlgo {
     Bcube = 4,
 }
 
+/// Below this many bytes the default all_reduce is Gloo's `bcube`, from here
+/// Gloo's ring (what torch.distributed's gloo always runs).
+///
+/// Why: a small call's time is its messages' wake-ups, not its bytes. At
+/// world 2 Gloo's ring sends four messages per rank (the buffer cut into
+/// 2 × world segments, each passed on in the reduce-scatter and again in the
+/// all-gather) where bcube sends two (half the buffer each way, then the
+/// reduced half back). Under load each message wakes two threads (Gloo's loop,
+/// then the caller), and a woken thread may wait behind a busy program: on the
+/// 2-core Xeon VM on 2026-11-27, `/proc/<tid>/schedstat` of every rank thread
+/// during back-to-back 256 B calls beside two busy loops showed each thread
+/// woken once per message and waiting 40–66 µs for a core each time; the
+/// calls took 210–240 µs. `bench --backend gloo --peer torch -b 4 -e 64M -f 4
+/// --load 2`, 4 alternating runs of each build: at 16 B–64 KiB bcube took
+/// 44–52 µs in 3 runs (180–215 in one), the ring 67–77 in 1 run (183–241 in
+/// 3); a size from 4 B to 256 KiB over 1.0× torch's time in 2 runs of 4 with
+/// bcube (a 4 ms stall at 4 KiB, 1.03 at 16 KiB), in 3 of 4 with the ring (1
+/// to 6 sizes each). Idle, the two were alike up to 256 KiB; at 1 MiB bcube
+/// was slower (602–617 against 524–548 µs in 3 runs of `-b 16K -e 1M`: it
+/// allocates a whole-buffer scratch per call), hence the limit.
+pub const BCUBE_BELOW: usize = 512 << 10;
+
 impl GlooAlgo {
+    /// The algorithm a call on `count` elements of `bytes` bytes in all runs
+    /// among `world` ranks: [`GlooAlgo::Default`] becomes bcube below
+    /// [`BCUBE_BELOW`] bytes, except on fewer than 2 × world elements, where
+    /// most of the ring's segments are empty and it skips them (at world 2 a
+    /// single element is one message each way, where bcube still sends its
+    /// empty half: 4 B took 22–25 µs on the ring against 44–45 on bcube under
+    /// two busy loops, 74–89 against 158–173 idle). An algorithm asked for
+    /// stays.
+    pub fn for_call(self, count: usize, world: usize, bytes: usize) -> GlooAlgo {
+        match self {
+            GlooAlgo::Default if bytes < BCUBE_BELOW && count >= 2 * world => GlooAlgo::Bcube,
+            asked => asked,
+        }
+    }
+
     /// Whether this is one of Gloo's classic algorithm objects.
     pub fn is_classic(self) -> bool {
         matches!(self, GlooAlgo::RingChunked | GlooAlgo::HalvingDoubling)
@@ -481,6 +519,7 @@ impl Communicator for GlooComm {
             if count == 0 || n == 1 {
                 return Ok(Ok(()));
             }
+            let algo = algo.for_call(count, n, out.len());
             g.comm
                 .pin_mut()
                 .all_reduce(out, dtype.code(), op_code(op), algo as u8, tag)?;
@@ -826,6 +865,50 @@ mod tests {
             )
             .unwrap();
             assert!(v.iter().all(|&x| x == 6.0));
+        });
+    }
+
+    /// Small calls halve their messages with bcube, but not where the ring's
+    /// segments are mostly empty; an algorithm asked for is never swapped.
+    #[test]
+    fn the_default_all_reduce_is_bcube_below_the_limit_and_gloos_ring_from_it_or_on_a_few_elements()
+    {
+        let f32s = |n: usize| (n, 2, 4 * n);
+        let default = |(count, world, bytes)| GlooAlgo::Default.for_call(count, world, bytes);
+        assert_eq!(default(f32s(4)), GlooAlgo::Bcube);
+        assert_eq!(default(f32s(BCUBE_BELOW / 4 - 1)), GlooAlgo::Bcube);
+        assert_eq!(default(f32s(BCUBE_BELOW / 4)), GlooAlgo::Default);
+        // Fewer elements than the ring has segments: the ring sends fewer.
+        assert_eq!(default(f32s(3)), GlooAlgo::Default);
+        assert_eq!(default((5, 3, 20)), GlooAlgo::Default);
+        assert_eq!(default((6, 3, 24)), GlooAlgo::Bcube);
+        for asked in [GlooAlgo::Ring, GlooAlgo::Bcube, GlooAlgo::RingChunked] {
+            assert_eq!(asked.for_call(1, 2, 4), asked);
+            assert_eq!(asked.for_call(16 << 20, 2, 64 << 20), asked);
+        }
+    }
+
+    /// Either side of [`BCUBE_BELOW`], on a world that is not a power of 2
+    /// (bcube's direct exchange) and with an odd count (uneven chunks).
+    #[test]
+    fn all_reduce_sums_on_either_side_of_the_bcube_limit() {
+        world(3, |c| {
+            let elems = BCUBE_BELOW / 4;
+            for n in [elems - 1, elems + 1] {
+                let mut v: Vec<f32> = (0..n).map(|i| (i % 7) as f32 + c.rank() as f32).collect();
+                c.all_reduce(
+                    Input::InPlace,
+                    &mut BufferMut::from_slice(&mut v),
+                    ReduceOp::Sum,
+                )
+                .unwrap();
+                // Small integers: every order of the sum gives the same bits.
+                assert!(
+                    v.iter()
+                        .enumerate()
+                        .all(|(i, &x)| x == (3 * (i % 7) + 3) as f32)
+                );
+            }
         });
     }
 
