@@ -20,7 +20,9 @@
 //! `RINGSIDE_GLOO_ALGO=ring|ring_chunked|halving_doubling|bcube|default` if
 //! set, else default. `default`, `ring` and `bcube`
 //! are `gloo::allreduce` (the entry point PyTorch's ProcessGroupGloo calls)
-//! with Gloo's choice, `Algorithm::RING` or `Algorithm::BCUBE`.
+//! with, for `default`, bcube on small calls and Gloo's own choice (its ring)
+//! otherwise ([`BCUBE_BELOW`] says why), `Algorithm::RING` or
+//! `Algorithm::BCUBE`.
 //! `ring_chunked` and `halving_doubling` exist only as Gloo's classic
 //! algorithm objects (`gloo::AllreduceRingChunked`,
 //! `gloo::AllreduceHalvingDoubling`), which are bound to one buffer: the shim
@@ -52,7 +54,8 @@
 //! 16 MiB before the worker; 1 against 4 MiB with it), the classic
 //! ring-chunked algorithm with its pairs in Gloo's synchronous mode
 //! (faster idle, twice as slow under load at 64 MiB), and a shorter scheduler
-//! slice for every rank thread (`sched_setattr`, 100 µs: same stalls). Still
+//! slice for every rank thread (`sched_setattr`, 100 µs: slow states and
+//! stalls as often, 3 runs each way by median on 2026-11-27). Still
 //! open: in some runs calls under 1 MiB take one or more scheduler ticks (4 ms)
 //! under load; counted by median, rarely (2026-11-27, 23 runs with the torch
 //! peer under `--load 2`: ours at 4 of 169 sizes, torch's at 7). A `perf sched
@@ -62,10 +65,12 @@
 //! both ranks' loop threads on that core and the callers on the other. Such
 //! delays over 1 ms hit about 1 % of wake-ups, of ringside's threads and torch's
 //! alike. (An earlier reading, "asleep with no run-queue delay", was wrong.)
-//! `bcube` at small sizes did no better; pinning each rank (caller and loops)
-//! to a core of its own did worse: medians of 8.0–8.1 ms (two ticks) at 14 of
-//! 16 sizes in 3 of 3 runs, where unpinned the scheduler moves a woken thread
-//! off a busy core.
+//! Counted by stalled medians, `bcube` at small sizes did no better, but it
+//! halves a small call's time in the runs where every wake-up waits behind a
+//! busy loop (see [`BCUBE_BELOW`]), hence the default. Pinning each rank
+//! (caller and loops) to a core of its own did worse: medians of 8.0–8.1 ms
+//! (two ticks) at 14 of 16 sizes in 3 of 3 runs, where unpinned the scheduler
+//! moves a woken thread off a busy core.
 //!
 //! How each collective maps onto Gloo:
 //!
