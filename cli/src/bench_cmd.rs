@@ -23,7 +23,7 @@ use collectives::job::{LoadArgs, SizeArgs, parse_size};
 use collectives::launch::Load;
 use collectives::rendezvous::env::Launcher;
 use measure::manifest;
-use measure::{Record, ResultsWriter};
+use measure::{Record, ResultsWriter, median_rounds};
 
 /// Flags follow nccl-tests where they overlap (`-b -e -f -i -n -w -c -o -d -r -a`).
 #[derive(Debug, Args)]
@@ -79,6 +79,15 @@ pub struct BenchArgs {
     /// The torch peer script (default: cli/src/torch_peer.py of this checkout).
     #[arg(long)]
     pub peer_script: Option<PathBuf>,
+    /// With --peer: sweep ours and the peer this many times, in turn (ours,
+    /// peer, ours, peer, …), and compare per size the round with the median
+    /// time on each side. On a busy machine the scheduler's state changes
+    /// from one sweep to the next (a small Gloo call took 45 µs in some runs
+    /// and 130–215 in others beside the same two busy loops), so one sweep
+    /// each compares two moments, not two libraries. The nccl-tests tables
+    /// show round 1; the side-by-side table and --json hold the median rounds.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: u32,
 }
 
 fn parse_op(s: &str) -> Result<ReduceOp, String> {
@@ -259,6 +268,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     if args.sizes.iters == 0 {
         bail!("-n must be at least 1");
     }
+    if args.repeat > 1 && args.peer.is_none() {
+        bail!(
+            "--repeat {} alternates ours with a peer: add --peer torch",
+            args.repeat
+        );
+    }
     // Flags that would measure nothing fail here, before any rank starts.
     let sizes = sizes(
         args.sizes.min_bytes,
@@ -358,123 +373,170 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     ));
     let mut wrong = 0i64;
     let mut ran_any = false;
-    // Ours, kept for the side-by-side table against the peer.
-    let mut ours: Vec<Record> = Vec::new();
-    for label in &labels {
-        let comm = match label.connect(
-            &rdv,
-            args.connect.algo,
-            timeout,
-            &format!("bench-{}/", label.name),
-            " (mpirun -np N ringside bench ...)",
-        ) {
-            Ok(c) => c,
-            Err(why) => {
-                say(&format!("#\n# {}: not available here: {why}", label.name));
-                continue;
-            }
-        };
-        ran_any = true;
-        let algo = if label.backend.takes_algo() {
-            args.connect.algo.name()
-        } else {
-            "default"
-        };
-        for &collective in &collectives {
-            say(&format!(
-                "#\n# {} {collective} ({algo} algorithm)",
-                label.name
-            ));
-            say(&header(args.iteration_stats));
-            let bar = progress::bar(
-                lead,
-                Some(sizes.len() as u64),
-                "{bar:30} {pos}/{len} sizes {msg}",
-            )?;
-            let mut bus = Vec::new();
-            for &bytes in &sizes {
-                bar.set_message(measure::size::human(bytes as u64));
-                let mut sides = [None, None];
-                let mut first: Option<Measurement> = None;
-                for (k, in_place) in [false, true].into_iter().enumerate() {
-                    let case = Case {
-                        collective,
-                        dtype: args.dtype,
-                        op: args.op,
-                        root: args.root,
-                        in_place,
-                        bytes,
-                    };
-                    if let Some(m) = bench::run(comm.as_ref(), &case, &settings)
-                        .with_context(|| format!("{} {collective} at {bytes} bytes", label.name))?
-                    {
-                        wrong += m.wrong.unwrap_or(0) as i64;
-                        bus.push(m.busbw_gbps());
-                        sides[k] = Some(Side::of(&m));
-                        let record = m.to_record(&label.name, label.backend.name(), algo);
-                        if args.peer.is_some() {
-                            ours.push(record.clone());
-                        }
-                        results.push(record)?;
-                        first.get_or_insert(m);
-                    }
-                }
-                if let Some(m) = first {
-                    let line = row(
-                        m.bytes,
-                        m.count,
-                        m.dtype.name(),
-                        m.op.map_or("none", ReduceOp::name),
-                        m.root.map_or(-1, |r| r as i64),
-                        sides,
-                        args.iteration_stats,
-                    );
-                    bar.suspend(|| say(&line));
-                }
-                bar.inc(1);
-            }
-            bar.finish_and_clear();
-            if !bus.is_empty() {
-                say(&format!(
-                    "# Avg bus bandwidth    : {:.4} GB/s ({} results)",
-                    bus.iter().sum::<f64>() / bus.len() as f64,
-                    bus.len()
-                ));
-            }
-        }
-    }
-    if args.peer.is_some() {
-        let torch_backend = if labels.iter().any(|l| l.backend == Backend::Nccl) && cuda_present() {
+    let peer_sweep = args.peer.as_ref().map(|_| PeerSweep {
+        backend: if labels.iter().any(|l| l.backend == Backend::Nccl) && cuda_present() {
             "nccl"
         } else {
             "gloo"
-        };
-        let sweep = PeerSweep {
-            backend: torch_backend,
-            collectives: &collectives,
-            min_bytes: args.sizes.min_bytes,
-            max_bytes: args.sizes.max_bytes,
-            factor: args.sizes.factor,
-            iters: args.sizes.iters,
-            warmup: args.sizes.warmup,
-            dtype: args.dtype,
-            op: args.op,
-            root: args.root,
-            check: args.check != 0,
-            combine: args.combine,
-            python: args.python.clone(),
-            script: args.peer_script.clone(),
-        };
-        let records = torch_peer::run(&sweep, &rdv, 1, timeout)?;
-        if lead {
-            wrong += print_peer(&records, &args);
-            print!(
-                "{}",
-                side_by_side(&ours, &records, &Load::describe(args.load.load))
-            );
-            for r in records {
-                results.push(r)?;
+        },
+        collectives: &collectives,
+        min_bytes: args.sizes.min_bytes,
+        max_bytes: args.sizes.max_bytes,
+        factor: args.sizes.factor,
+        iters: args.sizes.iters,
+        warmup: args.sizes.warmup,
+        dtype: args.dtype,
+        op: args.op,
+        root: args.root,
+        check: args.check != 0,
+        combine: args.combine,
+        python: args.python.clone(),
+        script: args.peer_script.clone(),
+    });
+    let rounds = args.repeat;
+    // Per round, ours and the peer's records, for the side-by-side table.
+    let mut ours_rounds: Vec<Vec<Record>> = Vec::new();
+    let mut peer_rounds: Vec<Vec<Record>> = Vec::new();
+    // Labels that could not connect in round 1 (said so then) are skipped.
+    let mut unavailable: Vec<&str> = Vec::new();
+    for round in 1..=rounds {
+        let first = round == 1;
+        let say_first = |s: &str| {
+            if first {
+                say(s)
             }
+        };
+        if !first {
+            say(&format!(
+                "# round {round}/{rounds}: ours, then the peer (timing only)"
+            ));
+        }
+        let mut ours: Vec<Record> = Vec::new();
+        for label in &labels {
+            if unavailable.contains(&label.name.as_str()) {
+                continue;
+            }
+            let comm = match label.connect(
+                &rdv,
+                args.connect.algo,
+                timeout,
+                &format!("bench-{}/r{round}/", label.name),
+                " (mpirun -np N ringside bench ...)",
+            ) {
+                Ok(c) => c,
+                Err(why) if first => {
+                    say(&format!("#\n# {}: not available here: {why}", label.name));
+                    unavailable.push(&label.name);
+                    continue;
+                }
+                Err(why) => bail!("{} failed to connect in round {round}: {why}", label.name),
+            };
+            ran_any = true;
+            let algo = if label.backend.takes_algo() {
+                args.connect.algo.name()
+            } else {
+                "default"
+            };
+            for &collective in &collectives {
+                say_first(&format!(
+                    "#\n# {} {collective} ({algo} algorithm)",
+                    label.name
+                ));
+                say_first(&header(args.iteration_stats));
+                let bar = progress::bar(
+                    lead,
+                    Some(sizes.len() as u64),
+                    "{bar:30} {pos}/{len} sizes {msg}",
+                )?;
+                let mut bus = Vec::new();
+                for &bytes in &sizes {
+                    bar.set_message(measure::size::human(bytes as u64));
+                    let mut sides = [None, None];
+                    let mut shown: Option<Measurement> = None;
+                    for (k, in_place) in [false, true].into_iter().enumerate() {
+                        let case = Case {
+                            collective,
+                            dtype: args.dtype,
+                            op: args.op,
+                            root: args.root,
+                            in_place,
+                            bytes,
+                        };
+                        if let Some(m) =
+                            bench::run(comm.as_ref(), &case, &settings).with_context(|| {
+                                format!("{} {collective} at {bytes} bytes", label.name)
+                            })?
+                        {
+                            wrong += m.wrong.unwrap_or(0) as i64;
+                            bus.push(m.busbw_gbps());
+                            sides[k] = Some(Side::of(&m));
+                            let record = m.to_record(&label.name, label.backend.name(), algo);
+                            if rounds == 1 {
+                                results.push(record.clone())?;
+                            }
+                            if args.peer.is_some() {
+                                ours.push(record);
+                            }
+                            shown.get_or_insert(m);
+                        }
+                    }
+                    if let Some(m) = shown.filter(|_| first) {
+                        let line = row(
+                            m.bytes,
+                            m.count,
+                            m.dtype.name(),
+                            m.op.map_or("none", ReduceOp::name),
+                            m.root.map_or(-1, |r| r as i64),
+                            sides,
+                            args.iteration_stats,
+                        );
+                        bar.suspend(|| say(&line));
+                    }
+                    bar.inc(1);
+                }
+                bar.finish_and_clear();
+                if !bus.is_empty() {
+                    say_first(&format!(
+                        "# Avg bus bandwidth    : {:.4} GB/s ({} results)",
+                        bus.iter().sum::<f64>() / bus.len() as f64,
+                        bus.len()
+                    ));
+                }
+            }
+        }
+        ours_rounds.push(ours);
+        if let Some(sweep) = &peer_sweep {
+            let records = torch_peer::run(sweep, &rdv, round, timeout)?;
+            if lead {
+                wrong += peer_wrong(&records);
+                if first {
+                    print_peer(&records, &args);
+                }
+            }
+            peer_rounds.push(records);
+        }
+    }
+    if args.peer.is_some() && lead {
+        let key = |r: &Record| (r.label.clone(), r.collective, r.bytes, r.in_place);
+        let ours: Vec<Record> = median_rounds(&ours_rounds, key, |r| r.median_us)
+            .into_iter()
+            .cloned()
+            .collect();
+        let peer: Vec<Record> = median_rounds(&peer_rounds, key, |r| r.median_us)
+            .into_iter()
+            .cloned()
+            .collect();
+        print!(
+            "{}",
+            side_by_side(&ours, &peer, &Load::describe(args.load.load), rounds)
+        );
+        if rounds > 1 {
+            for r in &ours {
+                results.push(r.clone())?;
+            }
+        }
+        for r in peer {
+            results.push(r)?;
         }
     }
     if !ran_any {
@@ -512,7 +574,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
 /// peer's and their ratio (ours / peer: below 1 means ringside is faster).
 /// Sides are matched by form (in place or not); torch has only one form of
 /// several collectives, so only that form is compared there.
-fn side_by_side(ours: &[Record], peer: &[Record], load: &str) -> String {
+fn side_by_side(ours: &[Record], peer: &[Record], load: &str, rounds: u32) -> String {
     let mut out = String::new();
     let mut keys: Vec<(&str, String)> = Vec::new();
     for r in ours {
@@ -549,8 +611,12 @@ fn side_by_side(ours: &[Record], peer: &[Record], load: &str) -> String {
         }
         let peer_label = &peer[0].label;
         let worst = ratios.iter().copied().fold(f64::NAN, f64::max);
+        let of_rounds = match rounds {
+            1 => String::new(),
+            n => format!(", each side the median of {n} rounds taken in turn"),
+        };
         out.push_str(&format!(
-            "#\n# {label} vs {peer_label} {collective}: median time per size, ratio = {label} / {peer_label} (< 1: {label} faster)\n# {load}\n"
+            "#\n# {label} vs {peer_label} {collective}: median time per size{of_rounds}, ratio = {label} / {peer_label} (< 1: {label} faster)\n# {load}\n"
         ));
         out.push_str(&format!(
             "#{:>11} {:>9} {:>12} {:>12} {:>8}\n",
@@ -565,9 +631,16 @@ fn side_by_side(ours: &[Record], peer: &[Record], load: &str) -> String {
     out
 }
 
-/// Prints the torch peer's records as tables; returns their wrong count.
-fn print_peer(records: &[Record], args: &BenchArgs) -> i64 {
-    let mut wrong = 0;
+/// The peer's wrong elements over `records`.
+fn peer_wrong(records: &[Record]) -> i64 {
+    records
+        .iter()
+        .filter_map(|r| Side::of_record(r).wrong)
+        .sum()
+}
+
+/// Prints the torch peer's records as tables.
+fn print_peer(records: &[Record], args: &BenchArgs) {
     let mut current = String::new();
     let mut i = 0;
     while i < records.len() {
@@ -586,9 +659,7 @@ fn print_peer(records: &[Record], args: &BenchArgs) -> i64 {
             && records[j].collective == r.collective
         {
             let k = usize::from(records[j].in_place);
-            let side = Side::of_record(&records[j]);
-            wrong += side.wrong.unwrap_or(0);
-            sides[k] = Some(side);
+            sides[k] = Some(Side::of_record(&records[j]));
             j += 1;
         }
         println!(
@@ -605,7 +676,6 @@ fn print_peer(records: &[Record], args: &BenchArgs) -> i64 {
         );
         i = j.max(i + 1);
     }
-    wrong
 }
 
 #[cfg(test)]

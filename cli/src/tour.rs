@@ -20,8 +20,8 @@ use collectives::{Collective, Communicator, DType, ReduceOp};
 use crate::label::{self, Label};
 use crate::progress;
 use crate::torch_peer::{self, PeerSweep};
-use measure::ResultsWriter;
 use measure::manifest;
+use measure::{ResultsWriter, median_rounds};
 
 #[derive(Debug, Args)]
 pub struct TourArgs {
@@ -190,7 +190,7 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
     let mut swept: Vec<(&Label, Vec<Measurement>)> = Vec::new();
     for (label, rounds) in labels.iter().zip(&rounds_of) {
         let Some(rounds) = rounds else { continue };
-        let row: Vec<Measurement> = median_rounds(rounds, |m| m.bytes as u64, |m| m.median_us)
+        let row: Vec<Measurement> = median_rounds(rounds, |m| m.bytes, |m| m.median_us)
             .into_iter()
             .cloned()
             .collect();
@@ -287,28 +287,6 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
     ));
     rdv.close(timeout)?;
     Ok(if failed == 0 { 0 } else { 1 })
-}
-
-/// Per size of the first round, in its order, the round whose `time` at
-/// that size is the median of the rounds' (see [`measure::median_run`]).
-fn median_rounds<T>(
-    rounds: &[Vec<T>],
-    bytes: impl Fn(&T) -> u64,
-    time: impl Fn(&T) -> f64,
-) -> Vec<&T> {
-    let Some(first) = rounds.first() else {
-        return Vec::new();
-    };
-    first
-        .iter()
-        .filter_map(|x| {
-            let at: Vec<&T> = rounds
-                .iter()
-                .filter_map(|round| round.iter().find(|y| bytes(y) == bytes(x)))
-                .collect();
-            measure::median_run(&at, |y| time(y)).copied()
-        })
-        .collect()
 }
 
 /// Step 4: the report from this run's results, its summary, and where it is.

@@ -198,11 +198,49 @@ fn bad_flags_are_clear_errors() {
         ),
         (&["bench", "-d", "complex"][..], "unknown datatype"),
         (&["bench", "--peer", "jax"][..], "unknown --peer"),
+        (&["bench", "--repeat", "3"][..], "add --peer torch"),
+        (
+            &["bench", "--repeat", "0", "--peer", "torch"][..],
+            "--repeat",
+        ),
     ] {
         let (out, stdout, stderr) = run(Command::new(RINGSIDE).args(args), Duration::from_secs(30));
         assert!(!out.status.success(), "{args:?}: {stdout}");
         assert!(stderr.contains(want), "{args:?}: {stderr}");
     }
+}
+
+/// `bench --peer torch --repeat 2`: ours and the peer take turns, the
+/// side-by-side table compares each side's median round, and the results file
+/// holds one record per size and form of each side (the median round's), not
+/// every round's.
+#[test]
+fn bench_repeat_takes_turns_with_the_peer_and_keeps_each_sides_median_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let (out, stdout, stderr) = run(
+        Command::new(RINGSIDE)
+            .args(["bench", "--backend", "reference-tcp", "--peer", "torch"])
+            .args(["--repeat", "2", "-b", "4", "-e", "64", "-f", "4", "-n", "3"])
+            .arg("--json")
+            .arg(&json),
+        Duration::from_secs(180),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("# round 2/2: ours, then the peer")
+            && stdout.contains("each side the median of 2 rounds taken in turn"),
+        "{stdout}\n{stderr}"
+    );
+    // Round 1's nccl-tests tables only: ours in both forms, torch in place.
+    let sizes = ["4", "16", "64"];
+    let table_rows = rows(&stdout).into_iter().filter(|r| r.len() > 10).count();
+    assert_eq!(table_rows, 2 * sizes.len(), "{stdout}");
+    let doc = load(&json);
+    let records = doc["records"].as_array().unwrap();
+    let count = |label: &str| records.iter().filter(|r| r["label"] == label).count();
+    assert_eq!(count("reference-tcp"), 2 * sizes.len(), "{doc}");
+    assert_eq!(count("torch-gloo"), sizes.len(), "{doc}");
 }
 
 /// The main job's steps: sweep on every lane, the torch peer, the report.
