@@ -6,9 +6,8 @@
 //! `{opts.prefix}gloo/`), so multi-node jobs need no shared filesystem.
 //! **Transport** is Gloo's TCP device, on the interface named by
 //! `GLOO_SOCKET_IFNAME` (as PyTorch reads it), else on `opts.listen_ip`.
-//! Gloo's event-loop threads run 5 nicer than the rank (`loop_priority.rs`:
-//! they busy-poll, and on few cores they held the rank's core for a tick).
-//! Calls on buffers of 1 MiB and more run on a worker thread while the caller
+//! Gloo's event-loop threads keep the rank's priority, as in PyTorch (see
+//! "Gloo's threads" below). Calls on buffers of 1 MiB and more run on a worker thread while the caller
 //! waits, as in PyTorch's `ProcessGroupGloo` (`worker.rs`).
 //! Gloo's context timeout is `opts.timeout`; Gloo's "timed out" errors become
 //! [`Error::Timeout`], every other C++ exception an [`Error::Protocol`] — none
@@ -52,8 +51,7 @@
 //! called on the rank's thread, the kernel's load balancer never packed the
 //! busy loops together and each rank got a third of a core, where torch's
 //! ranks, which hand each call to a worker thread, got more than half. Tried
-//! without a lasting gain on 2026-11-26/27: the loop threads at nice 0
-//! (`loop_priority.rs`), Gloo's segment size (`setMaxSegmentSize` 1, 4 or
+//! without a lasting gain on 2026-11-26/27: Gloo's segment size (`setMaxSegmentSize` 1, 4 or
 //! 16 MiB before the worker; 1 against 4 MiB with it), the classic
 //! ring-chunked algorithm with its pairs in Gloo's synchronous mode
 //! (faster idle, twice as slow under load at 64 MiB), and a shorter scheduler
@@ -75,6 +73,27 @@
 //! (two ticks) at 14 of 16 sizes in 3 of 3 runs, where unpinned the scheduler
 //! moves a woken thread off a busy core.
 //!
+//! **Gloo's threads.** Each TCP device starts one event-loop thread, which
+//! does the socket reads and the writes a full socket defers; it sleeps in
+//! `epoll_wait` between events (it does not spin, in Debian's Gloo or in
+//! PyTorch's). Until 2026-11-27 ringside started those threads 5 nicer than
+//! the rank, from an idle measurement on the 2-core VM where that kept them
+//! from preempting the rank's reductions. On a 16-core H200 node with 16 busy
+//! loops beside the job (`bench --backend gloo --peer torch --repeat 3 --load
+//! 16 -b 4 -e 16M -f 4`, 3 alternating runs each way) the nicer loops made
+//! calls take one scheduler tick (4 ms) at 5–7 sizes from 64 B to 256 KiB in
+//! 2 of 3 runs, up to 18× torch's gloo, and 1–16 MiB took 1.34–5.67× torch's
+//! in every run; at the rank's priority no size was over 1.0× in one run,
+//! 4 MiB was at 1.23 in another, and 16 B, 64 B and 256 KiB took 1.7–1.9 ms in
+//! the third (torch's 16 B too). A thread woken at a lower weight gets a later virtual deadline,
+//! so it does not preempt a busy program and waits out its slice. On the
+//! 2-core VM under two busy loops the two settings measured alike (3 runs
+//! each; sizes over 1.0× torch: 4 of 39 at the rank's priority, 5 of 39
+//! nicer), but idle the nicer loops were faster from 4 MiB: 16 MiB in
+//! 9.3–10.1 ms against 11.6–12.4, 64 MiB in 44.0–44.5 against 52.1–54.0 (2
+//! runs each; 0.73–0.85× torch's against 0.89–1.00×). That idle speed on two
+//! cores is what this choice gives up.
+//!
 //! How each collective maps onto Gloo:
 //!
 //! | collective | Gloo |
@@ -95,7 +114,6 @@
 //! more than `i32::MAX` elements on a classic algorithm (they count in
 //! `int`).
 
-mod loop_priority;
 pub mod preload;
 mod worker;
 
@@ -382,23 +400,22 @@ impl GlooComm {
             first_error: Mutex::new(None),
         };
         let ms = i64::try_from(opts.timeout.as_millis()).unwrap_or(i64::MAX);
-        // Gloo's event loops busy-poll: they start nicer (loop_priority).
-        let comm = loop_priority::connect_nicer(|| {
-            ffi::connect(
-                &kv,
-                rank as i32,
-                world as i32,
-                &iface,
-                &hostname,
-                ms,
-                classic,
-            )
-            .map_err(|e| {
-                let stored = kv.first_error.lock().ok().and_then(|mut s| s.take());
-                stored.unwrap_or_else(|| gloo_error(&e, opts.timeout))
-            })
+        // On the rank's own thread, so that Gloo's event-loop threads keep the
+        // rank's priority, as in PyTorch: see "Gloo's threads" above for what
+        // running them nicer cost.
+        let comm = ffi::connect(
+            &kv,
+            rank as i32,
+            world as i32,
+            &iface,
+            &hostname,
+            ms,
+            classic,
+        )
+        .map_err(|e| {
+            let stored = kv.first_error.lock().ok().and_then(|mut s| s.take());
+            stored.unwrap_or_else(|| gloo_error(&e, opts.timeout))
         })?;
-        // Made here, on the rank's thread, so it keeps the rank's priority.
         let worker = worker::Worker::start()?;
         Ok(GlooComm {
             worker,
@@ -918,6 +935,50 @@ mod tests {
                 );
             }
         });
+    }
+
+    /// The threads of this process, by id.
+    fn thread_ids() -> std::collections::BTreeSet<i32> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect()
+    }
+
+    /// The nice value of thread `tid` (field 19 of its stat), if it still runs.
+    fn nice_of(tid: i32) -> Option<i32> {
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+        // Fields after the parenthesised name start at 3 (state).
+        let rest = &stat[stat.rfind(')')? + 2..];
+        rest.split(' ').nth(16)?.parse().ok()
+    }
+
+    /// Gloo's event-loop threads ran 5 nicer than the rank until a saturated
+    /// 16-core node showed what it cost: a woken loop waited out a busy
+    /// program's slice, and small calls took a scheduler tick (the module docs,
+    /// "Gloo's threads"). Every thread connecting starts keeps the rank's
+    /// priority (threads other tests start meanwhile do too).
+    #[test]
+    fn gloos_loop_threads_keep_the_ranks_priority() {
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() };
+        let mine = nice_of(me).unwrap();
+        let before = thread_ids();
+        let store = MemStore::new(Duration::from_secs(20));
+        let opts = Options::new([0; 16]).unwrap();
+        let c = GlooComm::connect(&store, 0, 1, &opts).unwrap();
+        let started: Vec<i32> = thread_ids().difference(&before).copied().collect();
+        // At least Gloo's event loop and the worker.
+        assert!(started.len() >= 2, "connecting started {started:?}");
+        for tid in started {
+            if let Some(nice) = nice_of(tid) {
+                assert_eq!(
+                    nice, mine,
+                    "thread {tid} runs at nice {nice}, the rank at {mine}"
+                );
+            }
+        }
+        drop(c);
     }
 
     #[test]

@@ -70,8 +70,7 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    /// Starts the thread. It inherits the calling thread's nice value, so make
-    /// it from the rank's thread, not from Gloo's nicer connecting thread.
+    /// Starts the thread (with the calling thread's nice value and CPU set).
     pub(super) fn start() -> Result<Worker> {
         let shared = Arc::new(Shared {
             slot: Mutex::new(Slot::Idle),
