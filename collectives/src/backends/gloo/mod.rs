@@ -20,8 +20,9 @@
 //! set, else default. `default`, `ring` and `bcube`
 //! are `gloo::allreduce` (the entry point PyTorch's ProcessGroupGloo calls)
 //! with, for `default`, bcube on small calls and Gloo's own choice (its ring)
-//! otherwise ([`BCUBE_BELOW`] says why), `Algorithm::RING` or
-//! `Algorithm::BCUBE`.
+//! otherwise ([`BCUBE_BELOW`] says why), in segments of up to 4 MiB where
+//! Gloo's and PyTorch's are 1 MiB ([`SEGMENT_BYTES`]), `Algorithm::RING` or
+//! `Algorithm::BCUBE` (Gloo's own segments).
 //! `ring_chunked` and `halving_doubling` exist only as Gloo's classic
 //! algorithm objects (`gloo::AllreduceRingChunked`,
 //! `gloo::AllreduceHalvingDoubling`), which are bound to one buffer: the shim
@@ -87,12 +88,12 @@
 //! 4 MiB was at 1.23 in another, and 16 B, 64 B and 256 KiB took 1.7–1.9 ms in
 //! the third (torch's 16 B too). A thread woken at a lower weight gets a later virtual deadline,
 //! so it does not preempt a busy program and waits out its slice. On the
-//! 2-core VM under two busy loops the two settings measured alike (3 runs
-//! each; sizes over 1.0× torch: 4 of 39 at the rank's priority, 5 of 39
-//! nicer), but idle the nicer loops were faster from 4 MiB: 16 MiB in
-//! 9.3–10.1 ms against 11.6–12.4, 64 MiB in 44.0–44.5 against 52.1–54.0 (2
-//! runs each; 0.73–0.85× torch's against 0.89–1.00×). That idle speed on two
-//! cores is what this choice gives up.
+//! 2-core VM under two busy loops the two settings measured alike (5 runs
+//! each; sizes over 1.0× torch: 11 of 65 at the rank's priority, 10 of 65
+//! nicer), but idle the nicer loops were faster from 4 MiB (4 runs each):
+//! 16 MiB in 9.3–11.6 ms against 11.5–12.4, 64 MiB in 43.0–44.5 against
+//! 52.1–57.4 (0.73–0.93× and 0.78–0.85× torch's against 0.89–1.00× and
+//! 0.98–1.06×). That idle speed on two cores is what this choice gives up.
 //!
 //! How each collective maps onto Gloo:
 //!
@@ -160,6 +161,7 @@ mod ffi {
             dtype: u8,
             op: u8,
             algo: u8,
+            segment_bytes: u64,
             tag: u32,
         ) -> Result<()>;
         fn broadcast(self: Pin<&mut Comm>, buf: &mut [u8], root: i32, tag: u32) -> Result<()>;
@@ -273,6 +275,23 @@ pub enum GlooAlgo {
 /// allocates a whole-buffer scratch per call), hence the limit.
 pub const BCUBE_BELOW: usize = 512 << 10;
 
+/// The default all_reduce's ring passes the buffer on in segments of at most
+/// this many bytes; Gloo's own limit, which PyTorch keeps, is 1 MiB.
+///
+/// Why: Gloo's ring cuts a buffer into max(bytes / segment, 2 × world)
+/// segments and waits for each, so from 4 MiB at world 2 a larger segment
+/// means fewer waits and wake-ups per call (64 MiB: 16 instead of 64). Gloo
+/// allocates two segments of scratch per call (8 MiB here, 2 at 1 MiB). On
+/// the 2-core Xeon VM on 2026-11-27, `bench --backend gloo --peer torch
+/// --repeat 3 -b 4M -e 64M -f 2`, 4 alternating runs of each: idle, 8–64 MiB
+/// took 0.78–0.91× torch's gloo with 4 MiB segments against 0.89–1.07× with
+/// 1 MiB (16 MiB: 10.7–11.4 ms against 13.2–13.7); 4 MiB calls, cut the
+/// same way under either limit, ran 0.73–1.06× in both. Under `--load 2`
+/// the two were alike (4 runs each: 6 of 16 results at 8–64 MiB over 1.0×
+/// torch's with 4 MiB segments, 8 of 16 with 1 MiB; 16 MiB in 12.7–20.0 ms
+/// against 17.0–25.3).
+pub const SEGMENT_BYTES: u64 = 4 << 20;
+
 impl GlooAlgo {
     /// The algorithm a call on `count` elements of `bytes` bytes in all runs
     /// among `world` ranks: [`GlooAlgo::Default`] becomes bcube below
@@ -286,6 +305,16 @@ impl GlooAlgo {
         match self {
             GlooAlgo::Default if bytes < BCUBE_BELOW && count >= 2 * world => GlooAlgo::Bcube,
             asked => asked,
+        }
+    }
+
+    /// The most bytes Gloo's ring passes on in one piece for a call run by
+    /// this algorithm: [`SEGMENT_BYTES`] for the default, 0 (Gloo's own
+    /// 1 MiB, what PyTorch runs) for an algorithm asked for.
+    pub fn segment_bytes(self) -> u64 {
+        match self {
+            GlooAlgo::Default => SEGMENT_BYTES,
+            _ => 0,
         }
     }
 
@@ -545,9 +574,14 @@ impl Communicator for GlooComm {
                 return Ok(Ok(()));
             }
             let algo = algo.for_call(count, n, out.len());
-            g.comm
-                .pin_mut()
-                .all_reduce(out, dtype.code(), op_code(op), algo as u8, tag)?;
+            g.comm.pin_mut().all_reduce(
+                out,
+                dtype.code(),
+                op_code(op),
+                algo as u8,
+                algo.segment_bytes(),
+                tag,
+            )?;
             if op == ReduceOp::Avg {
                 finish_avg(dtype, out, n);
             }
@@ -979,6 +1013,36 @@ mod tests {
             }
         }
         drop(c);
+    }
+
+    /// The default all_reduce's ring with [`SEGMENT_BYTES`] segments: over
+    /// 4 × `SEGMENT_BYTES` at world 2, with a count that leaves the last
+    /// segment short.
+    #[test]
+    fn all_reduce_sums_across_several_of_the_default_segments() {
+        assert_eq!(GlooAlgo::Default.segment_bytes(), SEGMENT_BYTES);
+        assert_eq!(
+            GlooAlgo::Ring.segment_bytes(),
+            0,
+            "an asked-for ring is PyTorch's"
+        );
+        let n = 4 * SEGMENT_BYTES as usize / 4 + 2 * SEGMENT_BYTES as usize / 4 / 3 + 1;
+        world(2, |c| {
+            let mut v: Vec<f32> = (0..n).map(|i| (i % 5) as f32 + c.rank() as f32).collect();
+            c.all_reduce(
+                Input::InPlace,
+                &mut BufferMut::from_slice(&mut v),
+                ReduceOp::Sum,
+            )
+            .unwrap();
+            // Small integers: every order of the sum gives the same bits.
+            let wrong = v
+                .iter()
+                .enumerate()
+                .filter(|&(i, &x)| x != (2 * (i % 5) + 1) as f32)
+                .count();
+            assert_eq!(wrong, 0, "{wrong} of {n} elements wrong");
+        });
     }
 
     #[test]

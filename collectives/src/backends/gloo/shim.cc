@@ -307,7 +307,7 @@ void Comm::classic_barrier() {
 }
 
 void Comm::all_reduce(rust::Slice<uint8_t> buf, uint8_t dtype, uint8_t op, uint8_t algo,
-                      uint32_t tag) {
+                      uint64_t segment_bytes, uint32_t tag) {
   guarded("gloo all_reduce", [&] {
     if (algo == 0 || algo == 1 || algo == 4 || !classic_ctx_) {
       with_dtype(dtype, [&](auto zero) {
@@ -319,6 +319,8 @@ void Comm::all_reduce(rust::Slice<uint8_t> buf, uint8_t dtype, uint8_t op, uint8
         opts.setReduceFunction(func3<T>(op));
         opts.setTag(next_tag());
         opts.setTimeout(timeout_);
+        // 0 keeps Gloo's own limit (SEGMENT_BYTES in mod.rs says why not always).
+        if (segment_bytes > 0) opts.setMaxSegmentSize(segment_bytes);
         gloo::allreduce(opts);
       });
       return;

@@ -27,7 +27,7 @@ class Comm {
   ~Comm();
 
   void all_reduce(rust::Slice<uint8_t> buf, uint8_t dtype, uint8_t op, uint8_t algo,
-                  uint32_t tag);
+                  uint64_t segment_bytes, uint32_t tag);
   void broadcast(rust::Slice<uint8_t> buf, int32_t root, uint32_t tag);
   void reduce(rust::Slice<uint8_t> buf, uint8_t dtype, uint8_t op, int32_t root, uint32_t tag);
   void all_gather(rust::Slice<const uint8_t> input, rust::Slice<uint8_t> output, uint32_t tag);
