@@ -52,8 +52,9 @@
 //! called on the rank's thread, the kernel's load balancer never packed the
 //! busy loops together and each rank got a third of a core, where torch's
 //! ranks, which hand each call to a worker thread, got more than half. Tried
-//! without a lasting gain on 2026-11-26/27: Gloo's segment size (`setMaxSegmentSize` 1, 4 or
-//! 16 MiB before the worker; 1 against 4 MiB with it), the classic
+//! without a lasting gain under load on 2026-11-26/27: Gloo's segment size
+//! (`setMaxSegmentSize` 1, 4 or 16 MiB; 4 MiB is the default now for its
+//! idle gain, [`SEGMENT_BYTES`]), the classic
 //! ring-chunked algorithm with its pairs in Gloo's synchronous mode
 //! (faster idle, twice as slow under load at 64 MiB), and a shorter scheduler
 //! slice for every rank thread (`sched_setattr`, 100 µs: slow states and
