@@ -94,7 +94,8 @@
 //! nicer), but idle the nicer loops were faster from 4 MiB (4 runs each):
 //! 16 MiB in 9.3–11.6 ms against 11.5–12.4, 64 MiB in 43.0–44.5 against
 //! 52.1–57.4 (0.73–0.93× and 0.78–0.85× torch's against 0.89–1.00× and
-//! 0.98–1.06×). That idle speed on two cores is what this choice gives up.
+//! 0.98–1.06×). That idle speed on two cores is what this choice alone gave
+//! up; [`SEGMENT_BYTES`] wins it back.
 //!
 //! How each collective maps onto Gloo:
 //!
