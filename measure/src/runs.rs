@@ -32,9 +32,10 @@ pub fn median_rounds<T, K: PartialEq>(
     first
         .iter()
         .filter_map(|x| {
+            let k = key(x);
             let at: Vec<&T> = rounds
                 .iter()
-                .filter_map(|round| round.iter().find(|y| key(y) == key(x)))
+                .filter_map(|round| round.iter().find(|y| key(y) == k))
                 .collect();
             median_run(&at, |y| time(y)).copied()
         })

@@ -1032,7 +1032,9 @@ mod tests {
             0,
             "an asked-for ring is PyTorch's"
         );
-        let n = 4 * SEGMENT_BYTES as usize / 4 + 2 * SEGMENT_BYTES as usize / 4 / 3 + 1;
+        // Four whole segments of f32 and two thirds of a fifth, plus one.
+        let per_segment = SEGMENT_BYTES as usize / 4;
+        let n = 4 * per_segment + 2 * per_segment / 3 + 1;
         world(2, |c| {
             assert_eq!(wrong_in_a_summed_ramp(c, n), 0, "{n} elements")
         });
