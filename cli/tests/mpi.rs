@@ -87,6 +87,25 @@ fn ringside_spawned_ranks_are_told_mpi_disagrees() {
 /// call on the live rank and ends the job with MPI_Abort.
 #[test]
 fn frozen_rank_under_mpirun_aborts_the_job_after_the_timeout() {
+    frozen_rank_aborts("multiple");
+}
+
+/// At `single` OpenMPI takes no locks, and the watchdog's `MPI_Abort` comes from
+/// a thread of its own: the job must still end.
+#[test]
+fn frozen_rank_aborts_the_job_at_thread_level_single() {
+    frozen_rank_aborts("single");
+}
+
+/// Every collective at `single`, where ringside holds no lock of its own either.
+#[test]
+fn quick_conformance_at_thread_level_single_world_2() {
+    quick_under_mpirun(2, &[("RINGSIDE_MPI_THREAD_LEVEL", "single")]);
+}
+
+/// Rank 1 of a 2-rank bench under mpirun is frozen by SIGSTOP at MPI thread
+/// level `level`; the other must report and end the job within the timeout.
+fn frozen_rank_aborts(level: &str) {
     let bin = env!("CARGO_BIN_EXE_ringside");
     // Rank 1 runs the bench in the background and stops it after a second, in the
     // middle of its iterations.
@@ -97,7 +116,9 @@ fn frozen_rank_under_mpirun_aborts_the_job_after_the_timeout() {
     let mut cmd = Command::new("mpirun");
     cmd.args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
         .args(["-x", "MASTER_PORT", "-x", "RUST_BACKTRACE"])
+        .args(["-x", "RINGSIDE_MPI_THREAD_LEVEL"])
         .env("RUST_BACKTRACE", "0")
+        .env("RINGSIDE_MPI_THREAD_LEVEL", level)
         .args(["sh", "-c", &script]);
     let started = std::time::Instant::now();
     let (out, stdout, stderr) = run(ringside(&mut cmd), Duration::from_secs(90));

@@ -18,6 +18,7 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use collectives::backends::MPI_THREAD_LEVEL_VAR as THREAD_LEVEL_VAR;
 use collectives::job::{LoadArgs, SizeArgs};
 use collectives::launch::Load;
 use ringside_benches::memcpy;
@@ -75,6 +76,13 @@ struct Args {
     /// Extra argument for mpirun (repeatable), e.g. `--mpirun-arg=--bind-to --mpirun-arg=none`.
     #[arg(long = "mpirun-arg", allow_hyphen_values = true)]
     mpirun_args: Vec<String>,
+    /// The MPI thread level of both `mpi` (the C peer's `MPI_Init_thread`) and
+    /// `ringside-mpi` (RINGSIDE_MPI_THREAD_LEVEL), so the `mpi +us` column
+    /// compares the binding alone: `single` (what the C peer's `MPI_Init`
+    /// gives), `funneled`, `serialized` or `multiple` (ringside's default).
+    /// OpenMPI 4.1 takes its internal locks at every level above `single`.
+    #[arg(long, default_value = "single", value_parser = ["single", "funneled", "serialized", "multiple"])]
+    mpi_thread_level: String,
     /// Seconds one implementation's whole sweep may take before it is killed.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
@@ -271,6 +279,15 @@ fn real_main() -> Result<ExitCode> {
         args.world, args.sizes.iters, args.sizes.warmup
     );
     println!("{}", Load::describe(args.load.load));
+    if impls
+        .iter()
+        .any(|i| matches!(i, Impl::Mpi | Impl::RingsideMpi))
+    {
+        println!(
+            "MPI thread level {} for mpi and ringside-mpi (--mpi-thread-level)",
+            args.mpi_thread_level
+        );
+    }
     if args.repeat > 1 {
         println!(
             "{} runs, implementations alternating; each cell is the run with the median time",
@@ -543,7 +560,9 @@ fn plan_mpi(args: &Args, sweep: &Sweep) -> Plan {
         Err(why) => return Plan::Unavailable(why),
     };
     let mut cmd = mpirun(args);
-    cmd.arg(peer).args(sweep_flags(sweep));
+    cmd.arg(peer)
+        .args(sweep_flags(sweep))
+        .args(["-T", &args.mpi_thread_level]);
     Plan::Run(vec![cmd], None)
 }
 
@@ -645,8 +664,9 @@ fn plan_ringside_mpi(args: &Args, sweep: &Sweep) -> Result<Plan> {
         .context("picking a free port for ringside's store")?
         .port();
     let mut cmd = mpirun(args);
-    cmd.args(["-x", "MASTER_PORT"])
+    cmd.args(["-x", "MASTER_PORT", "-x", THREAD_LEVEL_VAR])
         .env("MASTER_PORT", port.to_string())
+        .env(THREAD_LEVEL_VAR, &args.mpi_thread_level)
         .arg(ringside.get_program())
         .args(ringside.get_args());
     Ok(Plan::Run(vec![cmd], None))

@@ -27,6 +27,20 @@ use crate::transport::{Transport, TransportKind, TransportOptions};
 use crate::{Backend, Communicator};
 use reference::ReferenceComm;
 
+/// The thread level to ask `MPI_Init_thread` for: `single`, `funneled`,
+/// `serialized` or `multiple` (the default, as mpi4py's `rc.thread_level`).
+/// Below `multiple`, ringside serializes its own MPI calls with a lock; that
+/// is all `serialized` asks, while `single` and `funneled` also promise that
+/// only one thread (the main one) calls MPI, which a program calling ringside
+/// from several threads does not keep (OpenMPI 4.1 does not check; the
+/// watchdog's `MPI_Abort` comes from a thread of its own). Why lower it at
+/// all: OpenMPI 4.1 takes its internal locks at every level above `single`,
+/// about 0.2 µs per small call (the `peers` runner's `--mpi-thread-level`
+/// measures it; the README has the figures). Read once, when MPI starts. Defined outside
+/// the `mpi` feature so that programs which start MPI jobs without linking
+/// MPI (the `peers` runner) can set it.
+pub const MPI_THREAD_LEVEL_VAR: &str = "RINGSIDE_MPI_THREAD_LEVEL";
+
 /// How to build a communicator.
 #[derive(Clone, Debug)]
 pub struct Options {

@@ -12,7 +12,9 @@
 //! collective that could never complete.
 //!
 //! MPI can be initialised only once per process, so the first [`connect`]
-//! initialises it (asking for `MPI_THREAD_MULTIPLE`) and keeps rsmpi's
+//! initialises it (asking for `MPI_THREAD_MULTIPLE`, or the level
+//! [`THREAD_LEVEL_VAR`] names: OpenMPI 4.1 locks inside every call above
+//! `single`) and keeps rsmpi's
 //! `Universe` in a process-wide slot; MPI is finalised when the process exits.
 //! Every communicator is its own `MPI_Comm_dup` of `MPI_COMM_WORLD`, so several
 //! can exist and their messages never mix. The store is not used: MPI has its
@@ -57,6 +59,8 @@ const B: Backend = Backend::Mpi;
 /// Set (to anything) to pass in-place inputs as copies instead of with
 /// `MPI_IN_PLACE`, as for an MPI library whose `MPI_IN_PLACE` we do not know.
 pub const NO_IN_PLACE_VAR: &str = "RINGSIDE_MPI_NO_IN_PLACE";
+
+pub use super::MPI_THREAD_LEVEL_VAR as THREAD_LEVEL_VAR;
 
 /// The tag of every point-to-point message: ordering between one pair of ranks
 /// on one communicator is what matches sends to receives, as in the reference.
@@ -179,6 +183,8 @@ impl Drop for MpiComm {
         if finalized() {
             return;
         }
+        // Dropped on a thread the thread level rules out, the handle is left
+        // to MPI_Finalize rather than freed from the wrong thread.
         if let Ok(_g) = self.rt.lock() {
             // SAFETY: `comm` came from MPI_Comm_dup and is freed only here.
             unsafe { ffi::MPI_Comm_free(&mut self.comm) };

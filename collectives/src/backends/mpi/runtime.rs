@@ -11,7 +11,7 @@ use mpi::Threading;
 use mpi::environment::Universe;
 use mpi::ffi;
 
-use super::NO_IN_PLACE_VAR;
+use super::{NO_IN_PLACE_VAR, THREAD_LEVEL_VAR};
 use crate::element::{DType, ReduceOp, reduce_into};
 use crate::error::{Error, Result};
 
@@ -43,13 +43,30 @@ pub(super) fn noted(r: Result<()>) -> Result<()> {
     r
 }
 
+/// How ringside keeps its MPI calls within the thread level MPI gave.
+pub(super) enum Guard {
+    /// `MPI_THREAD_MULTIPLE`: MPI keeps concurrent calls apart itself.
+    None,
+    /// `serialized` (or a level someone else's `MPI_Init` chose): one call at
+    /// a time, under this lock.
+    Serial(Mutex<()>),
+    /// `single` or `funneled`, asked for by [`THREAD_LEVEL_VAR`]: calls only
+    /// from the thread that started MPI, which needs no lock (the two atomic
+    /// operations of one were a fifth of the binding's cost per small call).
+    OneThread(Threading),
+}
+
+thread_local! {
+    /// Whether this thread started MPI (for [`Guard::OneThread`]).
+    static STARTED_MPI: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 pub(super) struct Runtime {
     /// The address `MPI_IN_PLACE` has in this library (a macro, so bindgen
     /// cannot see it), or `None` when we do not know the library.
     pub(super) in_place: Option<usize>,
-    /// Held around every MPI call when the library gave us less than
-    /// `MPI_THREAD_MULTIPLE`.
-    pub(super) serial: Option<Mutex<()>>,
+    /// How calls are kept apart (see [`Runtime::lock`]).
+    pub(super) guard: Guard,
     /// float16 and bfloat16: 2-byte contiguous types.
     pub(super) half: [ffi::MPI_Datatype; 2],
     /// User ops for [`Runtime::half`], indexed [dtype][Sum, Prod, Min, Max].
@@ -96,7 +113,8 @@ pub(super) fn init() -> std::result::Result<Runtime, String> {
     if finalized() {
         return Err("MPI was already finalized in this process".into());
     }
-    let provided = match mpi::initialize_with_threading(Threading::Multiple) {
+    let requested = requested_level(std::env::var(THREAD_LEVEL_VAR).ok().as_deref())?;
+    let provided = match mpi::initialize_with_threading(requested) {
         Some((universe, provided)) => {
             let mut slot = UNIVERSE
                 .lock()
@@ -106,6 +124,7 @@ pub(super) fn init() -> std::result::Result<Runtime, String> {
             if unsafe { libc::atexit(finalize_at_exit) } != 0 {
                 return Err("could not register MPI_Finalize to run at exit".into());
             }
+            STARTED_MPI.with(|c| c.set(true));
             provided
         }
         None => {
@@ -126,6 +145,20 @@ pub(super) fn init() -> std::result::Result<Runtime, String> {
         }
     };
     build_runtime(provided).map_err(|e| e.to_string())
+}
+
+/// The thread level [`THREAD_LEVEL_VAR`] asks for (`None`: unset).
+pub(super) fn requested_level(value: Option<&str>) -> std::result::Result<Threading, String> {
+    match value.map(str::trim) {
+        None | Some("") | Some("multiple") => Ok(Threading::Multiple),
+        Some("serialized") => Ok(Threading::Serialized),
+        Some("funneled") => Ok(Threading::Funneled),
+        Some("single") => Ok(Threading::Single),
+        Some(other) => Err(format!(
+            "{THREAD_LEVEL_VAR}={other:?} is not a thread level \
+             (single, funneled, serialized or multiple)"
+        )),
+    }
 }
 
 /// The four user ops (Sum, Prod, Min, Max) for the dtype with code `$d`.
@@ -179,7 +212,13 @@ pub(super) fn build_runtime(provided: Threading) -> Result<Runtime> {
                 Some(_) => None,
                 None => in_place_address(&library_version()),
             },
-            serial: (provided != Threading::Multiple).then(|| Mutex::new(())),
+            guard: match provided {
+                Threading::Multiple => Guard::None,
+                Threading::Single | Threading::Funneled if STARTED_MPI.with(|c| c.get()) => {
+                    Guard::OneThread(provided)
+                }
+                _ => Guard::Serial(Mutex::new(())),
+            },
             half,
             half_ops,
             world_rank: usize::try_from(rank).unwrap_or(usize::MAX),
@@ -301,14 +340,37 @@ pub(super) fn mptr(s: &mut [u8]) -> *mut c_void {
     }
 }
 
+/// Whether a call may go ahead at `single` or `funneled` (`level`), made on
+/// the thread that started MPI or not.
+pub(super) fn one_thread(level: Threading, on_mpi_thread: bool) -> Result<()> {
+    if on_mpi_thread {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument(format!(
+        "MPI runs at thread level {} ({THREAD_LEVEL_VAR}), which allows MPI calls only \
+         from the thread that started MPI, and this call came from another thread: set \
+         {THREAD_LEVEL_VAR}=serialized or multiple",
+        if level == Threading::Single {
+            "single"
+        } else {
+            "funneled"
+        }
+    )))
+}
+
 impl Runtime {
+    /// Enters an MPI call: the lock to hold for it, if any, or an error for a
+    /// call from a thread the thread level rules out.
     pub(super) fn lock(&self) -> Result<Option<MutexGuard<'_, ()>>> {
-        match &self.serial {
-            None => Ok(None),
-            Some(m) => m
+        match &self.guard {
+            Guard::None => Ok(None),
+            Guard::Serial(m) => m
                 .lock()
                 .map(Some)
                 .map_err(|_| Error::Protocol("the MPI call lock is poisoned".into())),
+            Guard::OneThread(level) => {
+                one_thread(*level, STARTED_MPI.with(|c| c.get())).map(|()| None)
+            }
         }
     }
 

@@ -13,6 +13,37 @@ fn in_place_address_by_library() {
 }
 
 #[test]
+fn thread_level_comes_from_the_variable_and_defaults_to_multiple() {
+    assert_eq!(requested_level(None).unwrap(), mpi::Threading::Multiple);
+    assert_eq!(requested_level(Some("")).unwrap(), mpi::Threading::Multiple);
+    assert_eq!(
+        requested_level(Some("single")).unwrap(),
+        mpi::Threading::Single
+    );
+    assert_eq!(
+        requested_level(Some("serialized")).unwrap(),
+        mpi::Threading::Serialized
+    );
+    let e = requested_level(Some("threaded")).unwrap_err();
+    assert!(
+        e.contains(THREAD_LEVEL_VAR) && e.contains("single, funneled"),
+        "{e}"
+    );
+}
+
+#[test]
+fn at_single_a_call_from_another_thread_is_refused_by_name() {
+    assert!(one_thread(mpi::Threading::Single, true).is_ok());
+    let e = one_thread(mpi::Threading::Funneled, false)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("thread level funneled") && e.contains("=serialized or multiple"),
+        "{e}"
+    );
+}
+
+#[test]
 fn counts_beyond_int_are_refused() {
     assert_eq!(int(7, "x").unwrap(), 7);
     let e = int(1 << 40, "all_reduce").unwrap_err();

@@ -150,8 +150,14 @@ pub(super) fn watch(
 
 /// `d` in watchdog ticks, rounded up.
 fn ticks_of(d: Duration) -> u64 {
-    let tick = TICK.as_nanos();
-    u64::try_from(d.as_nanos().div_ceil(tick)).unwrap_or(u64::MAX)
+    // In u64 (saturating past 584 years): u128 division is a library call, on
+    // every MPI call's path.
+    let tick = TICK.as_nanos() as u64;
+    let nanos = d
+        .as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(d.subsec_nanos()));
+    nanos.div_ceil(tick)
 }
 
 /// The error line for a call that overran its timeout.
@@ -222,6 +228,16 @@ fn run() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timeouts_round_up_to_whole_ticks_and_saturate() {
+        assert_eq!(ticks_of(Duration::ZERO), 0);
+        assert_eq!(ticks_of(Duration::from_nanos(1)), 1);
+        assert_eq!(ticks_of(TICK), 1);
+        assert_eq!(ticks_of(Duration::from_secs(3)), 15);
+        assert_eq!(ticks_of(Duration::from_millis(3001)), 16);
+        assert_eq!(ticks_of(Duration::MAX), u64::MAX.div_ceil(200_000_000));
+    }
 
     #[test]
     fn the_overrun_message_names_call_size_and_timeout() {
