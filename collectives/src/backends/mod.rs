@@ -36,9 +36,9 @@ use reference::ReferenceComm;
 /// watchdog's `MPI_Abort` comes from a thread of its own). Why lower it at
 /// all: OpenMPI 4.1 takes its internal locks at every level above `single`,
 /// about 0.2 µs per small call (the `peers` runner's `--mpi-thread-level`
-/// measures it; the README has the figures). Read once, when MPI starts. Defined outside
-/// the `mpi` feature so that programs which start MPI jobs without linking
-/// MPI (the `peers` runner) can set it.
+/// measures it; the README has the figures). Read once, when MPI starts.
+/// Defined outside the `mpi` feature so that programs which start MPI jobs
+/// without linking MPI (the `peers` runner) can set it.
 pub const MPI_THREAD_LEVEL_VAR: &str = "RINGSIDE_MPI_THREAD_LEVEL";
 
 /// How to build a communicator.
