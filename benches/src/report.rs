@@ -373,6 +373,16 @@ pub fn results_table(results: &Results, impls: &[Impl], sizes: &[u64]) -> String
     out
 }
 
+/// A judged value with two decimals, or as many more (up to four) as it takes
+/// not to read as its bound: a miss of 1.00 against ">= 1", or of 0.10 against
+/// "<= 0.1", read as a contradiction (0.996 and 0.104 were).
+pub fn format_judged(value: f64, bound: f64) -> String {
+    (2..=4)
+        .map(|d| (format!("{value:.d$}"), format!("{bound:.d$}")))
+        .find(|(v, b)| v != b)
+        .map_or_else(|| format!("{value:.4}"), |(v, _)| v)
+}
+
 /// The ratio table: one column per target with data, one row per size.
 /// `ok`/`MISS` mark judged cells; bare numbers are informational.
 pub fn ratio_table(cells: &[Ratio], sizes: &[u64]) -> String {
@@ -407,7 +417,7 @@ pub fn ratio_table(cells: &[Ratio], sizes: &[u64]) -> String {
                 .iter()
                 .find(|c| c.bytes == bytes && c.target.name == t.name)
                 .map(|c| {
-                    let v = format!("{:.2}", c.value);
+                    let v = format_judged(c.value, c.target.bound);
                     match c.verdict {
                         Verdict::Pass => format!("{v} ok"),
                         Verdict::Miss => format!("{v} MISS"),
@@ -599,6 +609,15 @@ mod tests {
         let rt = ratio_table(&cells, &sizes);
         assert!(rt.contains("1.25 ok"), "{rt}");
         assert!(rt.contains(">= 1"), "{rt}");
+    }
+
+    #[test]
+    fn a_miss_within_rounding_shows_enough_digits_to_see_it() {
+        assert_eq!(format_judged(1.25, 1.0), "1.25");
+        assert_eq!(format_judged(0.996, 1.0), "0.996");
+        assert_eq!(format_judged(0.104, 0.1), "0.104");
+        assert_eq!(format_judged(0.09996, 0.1), "0.1000");
+        assert_eq!(format_judged(0.1, 0.1), "0.1000");
     }
 
     #[test]

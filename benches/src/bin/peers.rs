@@ -331,7 +331,11 @@ fn real_main() -> Result<ExitCode> {
             summary.unmeasured.len()
         );
         for (name, bytes, v) in &summary.miss {
-            println!("  missed {name} at {}: {v:.2}", format_size(*bytes));
+            let shown = report::TARGETS
+                .iter()
+                .find(|t| t.name == *name)
+                .map_or_else(|| format!("{v:.2}"), |t| report::format_judged(*v, t.bound));
+            println!("  missed {name} at {}: {shown}", format_size(*bytes));
         }
         if copy_bound == Some(false) {
             println!(
