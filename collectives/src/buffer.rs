@@ -22,7 +22,7 @@ pub enum Location {
 
 /// Where a view's elements are: host memory held as `H` (a shared or a
 /// mutable slice), or a device pointer borrowed for as long as `H` would be.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum Mem<H> {
     Host(H),
     Device { ptr: u64, device: i32 },
@@ -30,8 +30,9 @@ enum Mem<H> {
 
 /// `len` elements of `dtype`, in memory held as `H`. Used through its two
 /// forms, [`Buffer`] (read-only) and [`BufferMut`] (writable), which share the
-/// accessors below.
-#[derive(Debug)]
+/// accessors below. A [`Buffer`] is `Clone` (a shared view); a
+/// [`BufferMut`] is not.
+#[derive(Clone, Debug)]
 pub struct View<H> {
     dtype: DType,
     len: usize,
