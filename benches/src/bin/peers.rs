@@ -18,7 +18,7 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use collectives::backends::MPI_THREAD_LEVEL_VAR as THREAD_LEVEL_VAR;
+use collectives::backends::{MPI_THREAD_LEVEL_VAR as THREAD_LEVEL_VAR, MPI_THREAD_LEVELS};
 use collectives::job::{LoadArgs, SizeArgs};
 use collectives::launch::Load;
 use ringside_benches::memcpy;
@@ -81,7 +81,8 @@ struct Args {
     /// compares the binding alone: `single` (what the C peer's `MPI_Init`
     /// gives), `funneled`, `serialized` or `multiple` (ringside's default).
     /// OpenMPI 4.1 takes its internal locks at every level above `single`.
-    #[arg(long, default_value = "single", value_parser = ["single", "funneled", "serialized", "multiple"])]
+    #[arg(long, default_value = "single",
+          value_parser = clap::builder::PossibleValuesParser::new(MPI_THREAD_LEVELS))]
     mpi_thread_level: String,
     /// Seconds one implementation's whole sweep may take before it is killed.
     #[arg(long, default_value_t = 600)]

@@ -41,6 +41,10 @@ use reference::ReferenceComm;
 /// without linking MPI (the `peers` runner) can set it.
 pub const MPI_THREAD_LEVEL_VAR: &str = "RINGSIDE_MPI_THREAD_LEVEL";
 
+/// The values [`MPI_THREAD_LEVEL_VAR`] takes, lowest level first (MPI's
+/// order).
+pub const MPI_THREAD_LEVELS: [&str; 4] = ["single", "funneled", "serialized", "multiple"];
+
 /// How to build a communicator.
 #[derive(Clone, Debug)]
 pub struct Options {

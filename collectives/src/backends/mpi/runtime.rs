@@ -12,6 +12,7 @@ use mpi::environment::Universe;
 use mpi::ffi;
 
 use super::{NO_IN_PLACE_VAR, THREAD_LEVEL_VAR};
+use crate::backends::MPI_THREAD_LEVELS;
 use crate::element::{DType, ReduceOp, reduce_into};
 use crate::error::{Error, Result};
 
@@ -147,18 +148,38 @@ pub(super) fn init() -> std::result::Result<Runtime, String> {
     build_runtime(provided).map_err(|e| e.to_string())
 }
 
-/// The thread level [`THREAD_LEVEL_VAR`] asks for (`None`: unset).
+/// MPI's thread levels in the order of [`MPI_THREAD_LEVELS`].
+const LEVELS: [Threading; 4] = [
+    Threading::Single,
+    Threading::Funneled,
+    Threading::Serialized,
+    Threading::Multiple,
+];
+
+/// The thread level [`THREAD_LEVEL_VAR`] asks for (`None` or empty: unset,
+/// `multiple`).
 pub(super) fn requested_level(value: Option<&str>) -> std::result::Result<Threading, String> {
-    match value.map(str::trim) {
-        None | Some("") | Some("multiple") => Ok(Threading::Multiple),
-        Some("serialized") => Ok(Threading::Serialized),
-        Some("funneled") => Ok(Threading::Funneled),
-        Some("single") => Ok(Threading::Single),
-        Some(other) => Err(format!(
-            "{THREAD_LEVEL_VAR}={other:?} is not a thread level \
-             (single, funneled, serialized or multiple)"
-        )),
-    }
+    let v = value
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .unwrap_or("multiple");
+    MPI_THREAD_LEVELS
+        .iter()
+        .position(|&l| l == v)
+        .map(|i| LEVELS[i])
+        .ok_or_else(|| {
+            format!(
+                "{THREAD_LEVEL_VAR}={v:?} is not a thread level ({} or {})",
+                MPI_THREAD_LEVELS[..3].join(", "),
+                MPI_THREAD_LEVELS[3]
+            )
+        })
+}
+
+/// The name [`THREAD_LEVEL_VAR`] gives `level`.
+fn level_name(level: Threading) -> &'static str {
+    let i = LEVELS.iter().position(|&l| l == level).unwrap_or(3);
+    MPI_THREAD_LEVELS[i]
 }
 
 /// The four user ops (Sum, Prod, Min, Max) for the dtype with code `$d`.
@@ -350,11 +371,7 @@ pub(super) fn one_thread(level: Threading, on_mpi_thread: bool) -> Result<()> {
         "MPI runs at thread level {} ({THREAD_LEVEL_VAR}), which allows MPI calls only \
          from the thread that started MPI, and this call came from another thread: set \
          {THREAD_LEVEL_VAR}=serialized or multiple",
-        if level == Threading::Single {
-            "single"
-        } else {
-            "funneled"
-        }
+        level_name(level)
     )))
 }
 
