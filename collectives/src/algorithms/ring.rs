@@ -65,13 +65,22 @@ pub fn all_gather_blocks(
 // ANCHOR_END: all_gather
 
 /// Bytes per rank in one slice of a large all_reduce (see [`all_reduce`]).
-const SLICE_BLOCK: usize = 1 << 20;
+///
+/// Small enough that a slice's blocks and the rings' chunks in flight stay in
+/// L2 between the reduce-scatter's fold and the all-gather's send. On the
+/// 2-core Xeon VM of issue 27 (2 MiB L2 per core), calls alternating between
+/// slice sizes inside one run (so that both see the machine in the same
+/// state) took at 64 MiB, world 2: 1 MiB slices 23.1 / 26.1 ms, 256 KiB
+/// 20.4 / 23.0, 128 KiB 20.3 / 22.9, 64 KiB 21.0 / 23.0 (two runs, medians of
+/// 51 calls each), and 37.0 against 34.0 ms for 1 MiB against 256 KiB with two
+/// busy loops beside them.
+const SLICE_BLOCK: usize = 256 << 10;
 /// Buffers of at least this many slices are reduced slice by slice: from
-/// 32 MiB at world 2. A 16 MiB buffer stays whole, so its 8 MiB messages may
-/// go by single copy where that measures faster (`transport/shm/route.rs`):
-/// on the Xeon VM of issue 27 whole took 1.9–2.2 ms against 2.7–3.2 sliced
-/// and OpenMPI's 2.3–2.8 (peers, 3 alternating rounds), while 32 MiB sliced
-/// stayed faster than whole (5.8–6.8 ms against 6.5–7.6).
+/// 8 MiB at world 2. Alternating as above, 8 MiB whole took 2.07 ms against
+/// 1.85 sliced (2.55 against 2.38 with two busy loops), 16 MiB 4.31 against
+/// 3.87; at 4 MiB whole was as fast or faster idle (0.87 against 0.92), so
+/// it stays whole, and its 2 MiB messages may go by single copy where that
+/// measures faster (`transport/shm/route.rs`).
 const MIN_SLICES: usize = 16;
 
 /// In-place ring all_reduce of `buf` (`Avg` is left as a sum; the caller divides).

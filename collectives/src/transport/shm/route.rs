@@ -457,9 +457,9 @@ mod tests {
     fn reduce_scatter_and_all_gather_messages_of_one_call_share_a_path() {
         let mut routes = Routes::default();
         let c = Class::of(1 << 20, 16 << 20);
-        // A sliced 16 MiB all_reduce: 16 messages per call, reductions
-        // (even) slower than copies (odd) whatever the path; single copy a
-        // little slower on both.
+        // A sliced all_reduce of 16 MiB as 1 MiB slices made it: 16 messages
+        // per call, reductions (even) slower than copies (odd) whatever the
+        // path; single copy a little slower on both.
         let mut paths = Vec::new();
         for seq in 0..12u32 {
             let mut call = Vec::new();
