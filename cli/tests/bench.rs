@@ -145,6 +145,44 @@ fn every_collective_on_every_local_backend_with_results_file() {
     }
 }
 
+/// A world-2 all_reduce from 8 MiB goes slice by slice, each slice answered
+/// in the ring between the two processes (`transport/shm/reply.rs`): every
+/// element of every size comes back right (`wrong` counts the others), with
+/// a ragged last slice and blocks of unequal length.
+#[test]
+fn sliced_all_reduce_between_processes_answers_in_the_ring_exactly() {
+    let (out, stdout, stderr) = run(
+        Command::new(RINGSIDE).args([
+            "sweep",
+            "--nproc",
+            "2",
+            "--transport",
+            "shm",
+            "-b",
+            "8388612",
+            "-e",
+            "16777224",
+            "-f",
+            "2",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "--jsonl",
+        ]),
+        Duration::from_secs(120),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let records: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.len(), 2, "{stdout}");
+    for r in &records {
+        assert_eq!(r["wrong"], 0, "{r}");
+    }
+}
+
 #[test]
 fn mpi_and_gloo_under_mpirun() {
     let dir = tempfile::tempdir().unwrap();

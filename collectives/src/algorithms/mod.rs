@@ -17,6 +17,7 @@ pub mod tree;
 
 use std::ops::Range;
 
+use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::transport::{Sink, Tag, Transport};
 
@@ -149,6 +150,18 @@ impl TaggedTransport<'_> {
     pub fn sendrecv(&mut self, to: usize, data: &[u8], from: usize, sink: Sink<'_>) -> Result<()> {
         self.t
             .exchange(&self.tag, Some((to, data)), Some((from, sink)))
+    }
+    /// Both halves of a two-rank all_reduce with `peer` (see
+    /// [`Transport::reduce_pair`]).
+    pub fn reduce_pair(
+        &mut self,
+        peer: usize,
+        mine: &mut [u8],
+        theirs: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.t.reduce_pair(&self.tag, peer, mine, theirs, dtype, op)
     }
 }
 

@@ -90,7 +90,11 @@ const MIN_SLICES: usize = 16;
 /// the block a rank has just reduced is then still in its cache when the
 /// all-gather sends it, instead of being read back from memory after the
 /// reduce-scatter has swept the whole buffer (as NCCL slices its ring). At
-/// world 2 that is one of the five passes over memory per byte.
+/// world 2 that is one of the five passes over memory per byte. At world 2
+/// a slice's two steps are one [`TaggedTransport::reduce_pair`]: between
+/// processes on shared memory the receiver answers in the ring, so each block
+/// is copied twice and folded once instead of copied three times and folded
+/// once (`transport/shm/reply.rs`).
 pub fn all_reduce(
     p: &mut TaggedTransport<'_>,
     buf: &mut [u8],
@@ -102,9 +106,32 @@ pub fn all_reduce(
         return all_reduce_whole(p, buf, dtype, op);
     }
     for part in buf.chunks_mut(slice) {
-        all_reduce_whole(p, part, dtype, op)?;
+        if p.world() == 2 {
+            all_reduce_pair(p, part, dtype, op)?;
+        } else {
+            all_reduce_whole(p, part, dtype, op)?;
+        }
     }
     Ok(())
+}
+
+/// World 2: the two ring steps as one [`TaggedTransport::reduce_pair`], which
+/// shared memory between processes answers in the ring, a copy fewer.
+fn all_reduce_pair(
+    p: &mut TaggedTransport<'_>,
+    buf: &mut [u8],
+    dtype: DType,
+    op: ReduceOp,
+) -> Result<()> {
+    let blocks = partition(buf.len() / dtype.size(), 2, dtype.size());
+    let (first, second) = buf.split_at_mut(blocks[1].start);
+    // As in the ring: rank r reduces block r and sends the other.
+    let (mine, theirs) = if p.rank() == 0 {
+        (second, first)
+    } else {
+        (first, second)
+    };
+    p.reduce_pair(1 - p.rank(), mine, theirs, dtype, op)
 }
 
 fn all_reduce_whole(

@@ -111,6 +111,10 @@ pub const FLAG_SINGLE_COPY: u8 = 2;
 /// Frame flag (shared memory only): the receiver copies the payload out with
 /// non-temporal stores; see `shm::streaming` and `shm::route`.
 pub const FLAG_STREAM: u8 = 4;
+/// Frame flag (shared memory only): the receiver writes its reduction of the
+/// payload back over it in the ring, for the sender to take; see
+/// `shm::reply` and [`Transport::reduce_pair`].
+pub const FLAG_REPLY: u8 = 8;
 
 /// A decoded frame header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,7 +123,7 @@ pub struct Frame {
     pub tag: Tag,
     /// Payload bytes that follow.
     pub len: u64,
-    /// [`FLAG_ABORT`], [`FLAG_SINGLE_COPY`], [`FLAG_STREAM`] or 0.
+    /// [`FLAG_ABORT`], [`FLAG_SINGLE_COPY`], [`FLAG_STREAM`], [`FLAG_REPLY`] or 0.
     pub flags: u8,
 }
 
@@ -354,6 +358,27 @@ pub trait Transport: Send {
         send: Option<(usize, &[u8])>,
         recv: Option<(usize, Sink<'_>)>,
     ) -> Result<()>;
+    /// Both halves of a two-rank all_reduce with `peer`, as one step: sends
+    /// `mine` for `peer` to reduce into its own copy of that block, and
+    /// reduces `peer`'s into `theirs`; afterwards both blocks hold the
+    /// reduction on both ranks, each element reduced once, by the rank that
+    /// owns its block (`op(this rank's, the peer's)` in `theirs`). `peer`
+    /// calls it with the blocks the other way round.
+    ///
+    /// The default is the ring's two steps, a reduce-scatter exchange then an
+    /// all-gather one. Shared memory between processes answers in the ring
+    /// instead (see `shm::reply`), saving a copy of every byte.
+    fn reduce_pair(
+        &mut self,
+        tag: &Tag,
+        peer: usize,
+        mine: &mut [u8],
+        theirs: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        reduce_pair_in_two_steps(self, tag, peer, mine, theirs, dtype, op)
+    }
     /// Best effort: tells every peer this rank is giving up, with `reason`, so
     /// peers waiting on us fail with [`Error::PeerAborted`] instead of timing
     /// out. Never blocks for long; the transport is unusable afterwards.
@@ -362,6 +387,26 @@ pub trait Transport: Send {
     fn set_watch(&mut self, watch: Option<std::sync::Arc<dyn WaitWatch>>) {
         let _ = watch;
     }
+}
+
+/// [`Transport::reduce_pair`] as the ring's two steps: a reduce-scatter
+/// exchange, then an all-gather one.
+pub fn reduce_pair_in_two_steps<T: Transport + ?Sized>(
+    t: &mut T,
+    tag: &Tag,
+    peer: usize,
+    mine: &mut [u8],
+    theirs: &mut [u8],
+    dtype: DType,
+    op: ReduceOp,
+) -> Result<()> {
+    let reduce = Sink::Reduce {
+        dst: &mut *theirs,
+        dtype,
+        op,
+    };
+    t.exchange(tag, Some((peer, &*mine)), Some((peer, reduce)))?;
+    t.exchange(tag, Some((peer, &*theirs)), Some((peer, Sink::Copy(mine))))
 }
 
 /// CPUs online on this host, for deciding whether waiting ranks may spin.

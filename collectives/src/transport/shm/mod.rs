@@ -46,6 +46,8 @@
 //!   buffer (between thread ranks always, between processes where it pays).
 //! - `route.rs`: between processes, ring or single copy for each size,
 //!   chosen by timing both.
+//! - `reply.rs`: both halves of a two-rank all_reduce in one exchange, the
+//!   receiver answering in the ring.
 //! - `streaming.rs`: copying messages larger than the cache out of the ring
 //!   without reading their destination first.
 //! - `wait.rs`: spinning, yielding and sleeping on the doorbell, and binding
@@ -55,6 +57,7 @@
 
 mod abort;
 mod liveness;
+mod reply;
 mod ring;
 mod route;
 mod segment;
@@ -73,7 +76,8 @@ use self::ring::{Cursor, Rx, Stage, Tx};
 use self::segment::{Layout, SHM_DIR, Segment, create_segment, open_segment, ring_capacity};
 use self::single_copy::{DESCRIPTOR_LEN, Reach};
 use self::wait::{OVERSUBSCRIBED_SPIN_TIME, OVERSUBSCRIBED_YIELDS, SPIN_TIME, Wait, YIELDS};
-use super::{Frame, HEADER_LEN, Sink, Tag, Transport, TransportOptions, WaitWatch};
+use super::{Frame, Sink, Tag, Transport, TransportOptions, WaitWatch, reduce_pair_in_two_steps};
+use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::rendezvous::{Store, barrier};
 
@@ -314,6 +318,57 @@ impl ShmTransport {
         Ok(t)
     }
 
+    /// Fails if this rank or any other has aborted.
+    fn check_usable(&mut self) -> Result<()> {
+        if let Some(reason) = &self.aborted {
+            return Err(Error::PeerAborted {
+                rank: self.rank,
+                reason: format!("this rank aborted earlier: {reason}"),
+            });
+        }
+        self.check_abort()
+    }
+
+    /// Moves `tx` and `rx` until both are done, waiting while neither can.
+    fn run(
+        &mut self,
+        tag: &Tag,
+        mut tx: Option<&mut Tx<'_>>,
+        mut rx: Option<&mut Rx<'_>>,
+    ) -> Result<()> {
+        let mut w = Wait::new();
+        let mut deadline = None;
+        loop {
+            let mut moved = false;
+            let mut pending = false;
+            if let Some(t) = tx.as_deref_mut()
+                && !t.done()
+            {
+                if t.pos < t.end || t.ack.is_some() {
+                    moved |= self.push(t)?;
+                }
+                if !t.answered() {
+                    moved |= self.take_reply(t)?;
+                }
+                pending |= !t.done();
+            }
+            if let Some(r) = rx.as_deref_mut()
+                && r.stage != Stage::Done
+            {
+                moved |= self.pull(tag, r)?;
+                pending |= r.stage != Stage::Done;
+            }
+            if !pending {
+                return Ok(());
+            }
+            if moved {
+                w = Wait::new();
+                continue;
+            }
+            self.wait(tag, tx.as_deref(), rx.as_deref(), &mut w, &mut deadline)?;
+        }
+    }
+
     fn check_peer(&self, peer: usize, what: &str) -> Result<()> {
         if peer >= self.world || peer == self.rank {
             return Err(Error::InvalidArgument(format!(
@@ -340,19 +395,13 @@ impl Transport for ShmTransport {
         send: Option<(usize, &[u8])>,
         recv: Option<(usize, Sink<'_>)>,
     ) -> Result<()> {
-        if let Some(reason) = &self.aborted {
-            return Err(Error::PeerAborted {
-                rank: self.rank,
-                reason: format!("this rank aborted earlier: {reason}"),
-            });
-        }
         if let Some((p, _)) = send {
             self.check_peer(p, "send to")?;
         }
         if let Some((p, _)) = &recv {
             self.check_peer(*p, "receive from")?;
         }
-        self.check_abort()?;
+        self.check_usable()?;
         // The whole operation's buffer decides whether copies stream (an
         // all_reduce of 32 MiB receives 16 MiB messages but sweeps 32 MiB),
         // and with the message's size which path a message takes.
@@ -368,21 +417,13 @@ impl Transport for ShmTransport {
         };
         let mut tx = send.map(|(peer, payload)| {
             let body: &[u8] = if single { &desc } else { payload };
-            Tx {
-                peer,
-                hdr: Frame {
-                    tag: *tag,
-                    len: payload.len() as u64,
-                    flags: route.map_or(0, |(r, _)| r.path.flag()),
-                }
-                .encode(),
-                body,
-                len: payload.len(),
-                pos: 0,
-                end: HEADER_LEN + body.len().next_multiple_of(8),
-                single,
-                ack: None,
+            let hdr = Frame {
+                tag: *tag,
+                len: payload.len() as u64,
+                flags: route.map_or(0, |(r, _)| r.path.flag()),
             }
+            .encode();
+            Tx::new(peer, hdr, body, payload.len(), single)
         });
         let mut rx = recv.map(|(peer, sink)| Rx {
             peer,
@@ -390,33 +431,9 @@ impl Transport for ShmTransport {
             stream: sink.len().max(whole) >= streaming::threshold(),
             sink,
             stage: Stage::Header,
+            reply: false,
         });
-        let mut w = Wait::new();
-        let mut deadline = None;
-        let result: Result<()> = (|| loop {
-            let mut moved = false;
-            let mut pending = false;
-            if let Some(t) = tx.as_mut() {
-                if !t.done() {
-                    moved |= self.push(t)?;
-                    pending |= !t.done();
-                }
-            }
-            if let Some(r) = rx.as_mut() {
-                if r.stage != Stage::Done {
-                    moved |= self.pull(tag, r)?;
-                    pending |= r.stage != Stage::Done;
-                }
-            }
-            if !pending {
-                return Ok(());
-            }
-            if moved {
-                w = Wait::new();
-                continue;
-            }
-            self.wait(tag, tx.as_ref(), rx.as_ref(), &mut w, &mut deadline)?;
-        })();
+        let result = self.run(tag, tx.as_mut(), rx.as_mut());
         if let (Some(t0), Some((_, class))) = (started, route) {
             match &result {
                 Ok(()) => self.routes.record(class, t0.elapsed()),
@@ -431,6 +448,23 @@ impl Transport for ShmTransport {
             }
         }
         result
+    }
+
+    fn reduce_pair(
+        &mut self,
+        tag: &Tag,
+        peer: usize,
+        mine: &mut [u8],
+        theirs: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.check_peer(peer, "reduce with")?;
+        if !self.answers_in_ring(peer) {
+            return reduce_pair_in_two_steps(self, tag, peer, mine, theirs, dtype, op);
+        }
+        self.check_usable()?;
+        self.reduce_pair_in_ring(tag, peer, mine, theirs, dtype, op)
     }
 
     fn abort(&mut self, reason: &str) {

@@ -4,6 +4,7 @@
 //! straight out of the ring and publishes `tail`. Each side re-reads the
 //! other's position only when what it last saw is not enough.
 
+use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
 
 use super::ShmTransport;
@@ -12,7 +13,9 @@ use super::segment::REASON_MAX;
 use super::single_copy::{self, DESCRIPTOR_LEN};
 use super::streaming;
 use crate::error::{Error, Result};
-use crate::transport::{FLAG_ABORT, FLAG_SINGLE_COPY, FLAG_STREAM, Frame, HEADER_LEN, Sink, Tag};
+use crate::transport::{
+    FLAG_ABORT, FLAG_REPLY, FLAG_SINGLE_COPY, FLAG_STREAM, Frame, HEADER_LEN, Sink, Tag,
+};
 
 /// Our side of one ring: our own position and the last seen position of the
 /// other side (re-read only when it is not enough, to avoid cache misses).
@@ -27,8 +30,12 @@ pub(super) struct Tx<'a> {
     pub(super) peer: usize,
     pub(super) hdr: [u8; HEADER_LEN],
     /// What follows the header in the ring: the payload, or for a single-copy
-    /// message its descriptor.
-    pub(super) body: &'a [u8],
+    /// message its descriptor. Held as a pointer because a reply (see
+    /// `reply.rs`) writes the answered front of the same buffer while its
+    /// back is still being sent: the two parts are only ever borrowed apart.
+    body: *const u8,
+    body_len: usize,
+    _body: PhantomData<&'a [u8]>,
     /// Payload bytes of the message.
     pub(super) len: usize,
     pub(super) pos: usize,
@@ -38,11 +45,77 @@ pub(super) struct Tx<'a> {
     /// Single copy, descriptor written: the stream position the receiver's
     /// tail must reach before the payload is ours again.
     pub(super) ack: Option<u64>,
+    /// The receiver answers in the ring (see `reply.rs`).
+    pub(super) reply: Option<Reply>,
 }
 
-impl Tx<'_> {
+/// Where a message's answer goes, and how much of it has come back.
+pub(super) struct Reply {
+    /// The sent buffer itself (`len` bytes): the answer replaces it.
+    pub(super) dst: *mut u8,
+    /// Answer bytes taken so far.
+    pub(super) done: usize,
+    /// The stream position of the payload's first byte, once the header is in.
+    pub(super) at: Option<u64>,
+}
+
+impl<'a> Tx<'a> {
+    /// A message of `len` payload bytes whose ring body is `body` (the payload,
+    /// or a single-copy descriptor).
+    pub(super) fn new(
+        peer: usize,
+        hdr: [u8; HEADER_LEN],
+        body: &'a [u8],
+        len: usize,
+        single: bool,
+    ) -> Tx<'a> {
+        Tx {
+            peer,
+            hdr,
+            body: body.as_ptr(),
+            body_len: body.len(),
+            _body: PhantomData,
+            len,
+            pos: 0,
+            end: HEADER_LEN + body.len().next_multiple_of(8),
+            single,
+            ack: None,
+            reply: None,
+        }
+    }
+
+    /// `payload`, sent for the receiver to reduce and write back over it in
+    /// the ring; the answer lands in `payload` (see `reply.rs`).
+    pub(super) fn replying(peer: usize, hdr: [u8; HEADER_LEN], payload: &'a mut [u8]) -> Tx<'a> {
+        let dst = payload.as_mut_ptr();
+        let mut t = Tx::new(peer, hdr, &[], payload.len(), false);
+        t.body = dst;
+        t.body_len = payload.len();
+        t.end = HEADER_LEN + payload.len().next_multiple_of(8);
+        t.reply = Some(Reply {
+            dst,
+            done: 0,
+            at: None,
+        });
+        t
+    }
+
+    /// Body bytes from `from` to the end.
+    fn body_from(&self, from: usize) -> &[u8] {
+        debug_assert!(from <= self.body_len);
+        // SAFETY: `body` holds `body_len` bytes borrowed for 'a. Of a reply's
+        // buffer only bytes before the ring's tail are written meanwhile, and
+        // those were all sent already (`reply.rs`), so they are not in here.
+        unsafe { std::slice::from_raw_parts(self.body.add(from), self.body_len - from) }
+    }
+
+    /// Whether every answer byte of a reply is back (true for other messages).
+    pub(super) fn answered(&self) -> bool {
+        self.reply.as_ref().is_none_or(|r| r.done == self.len)
+    }
+
     pub(super) fn done(&self) -> bool {
-        self.pos == self.end && self.ack.is_none()
+        self.pos == self.end && self.ack.is_none() && self.answered()
     }
     /// Free bytes needed before writing anything: the header goes in whole so
     /// the receiver never waits on half a header, and a descriptor goes in
@@ -78,11 +151,13 @@ pub(super) struct Rx<'a> {
     pub(super) stage: Stage,
     /// Copy out of the ring with streaming stores (see `streaming.rs`).
     pub(super) stream: bool,
+    /// Write the reduction back over the payload in the ring (see `reply.rs`).
+    pub(super) reply: bool,
 }
 
 impl ShmTransport {
     /// The consumer's position in our ring to `peer`, checked against ours.
-    fn load_tail(&self, peer: usize, pos: u64) -> Result<u64> {
+    pub(super) fn load_tail(&self, peer: usize, pos: u64) -> Result<u64> {
         let tail = self
             .seg
             .u64_at(self.layout.tail(self.rank, peer))
@@ -128,16 +203,28 @@ impl ShmTransport {
         let cap = self.layout.cap;
         let mut c = self.out[t.peer];
         let want = (t.end - t.pos).min(self.chunk);
-        let mut free = cap - (c.pos - c.seen) as usize;
+        // Ring bytes answered but not yet taken back are not free either.
+        let released = |t: &Tx<'_>, tail: u64| match &t.reply {
+            Some(Reply {
+                at: Some(a), done, ..
+            }) => tail.min(a + *done as u64),
+            _ => tail,
+        };
+        let mut free = cap - (c.pos - released(t, c.seen)) as usize;
         if free < want {
             c.seen = self.load_tail(t.peer, c.pos)?;
-            free = cap - (c.pos - c.seen) as usize;
+            free = cap - (c.pos - released(t, c.seen)) as usize;
         }
         if free < t.min_room() {
             self.out[t.peer] = c;
             return Ok(false);
         }
         let n = want.min(free);
+        if t.pos == 0
+            && let Some(r) = t.reply.as_mut()
+        {
+            r.at = Some(c.pos + HEADER_LEN as u64);
+        }
         let ring = self.seg.ptr(self.layout.ring(self.rank, t.peer));
         // Stream = header ++ payload ++ padding; padding bytes are never read.
         let mut s = t.pos;
@@ -146,8 +233,8 @@ impl ShmTransport {
         while s < end {
             let src: &[u8] = if s < HEADER_LEN {
                 &t.hdr[s..]
-            } else if s - HEADER_LEN < t.body.len() {
-                &t.body[s - HEADER_LEN..]
+            } else if s - HEADER_LEN < t.body_len {
+                t.body_from(s - HEADER_LEN)
             } else {
                 break;
             };
@@ -202,7 +289,18 @@ impl ShmTransport {
                 });
             }
             frame.expect(self.rank, r.peer, tag, r.want)?;
-            if r.peer < self.rank {
+            if (frame.flags & FLAG_REPLY != 0) != r.reply {
+                return Err(Error::Protocol(format!(
+                    "rank {} and rank {} disagree on whether {} is answered in the ring \
+                     (rank {} {})",
+                    r.peer,
+                    self.rank,
+                    tag.describe(),
+                    r.peer,
+                    if r.reply { "did not ask" } else { "asked" },
+                )));
+            }
+            if r.peer < self.rank && !r.reply {
                 let class = Class::of(r.want, super::op_bytes(tag));
                 self.routes
                     .follow(class, tag.seq, Path::of_flags(frame.flags));
@@ -279,6 +377,11 @@ impl ShmTransport {
                             stream,
                         );
                     }
+                    // The answer goes back over the bytes it came from, which
+                    // stay ours until the tail moves (`reply.rs`).
+                    if let (true, Sink::Reduce { dst, .. }) = (r.reply, &r.sink) {
+                        copy_into_ring(ring, cap, c.pos, &dst[done..done + take]);
+                    }
                 }
                 let done = done + take;
                 if done == r.want {
@@ -317,7 +420,16 @@ impl ShmTransport {
             } else {
                 // An impossible position also counts: the poll reports it.
                 let used = c.pos.wrapping_sub(tail);
-                if used > self.layout.cap as u64 || self.layout.cap - used as usize >= t.min_room()
+                if t.pos < t.end
+                    && (used > self.layout.cap as u64
+                        || self.layout.cap - used as usize >= t.min_room())
+                {
+                    return true;
+                }
+                if let Some(Reply {
+                    at: Some(a), done, ..
+                }) = &t.reply
+                    && tail.min(a + t.len as u64) > a + *done as u64
                 {
                     return true;
                 }
@@ -371,7 +483,7 @@ unsafe fn copy_into_ring(ring: *mut u8, cap: usize, at: u64, src: &[u8]) {
 ///
 /// # Safety
 /// As [`copy_into_ring`], for bytes published to this rank.
-unsafe fn copy_from_ring(ring: *const u8, cap: usize, at: u64, dst: &mut [u8]) {
+pub(super) unsafe fn copy_from_ring(ring: *const u8, cap: usize, at: u64, dst: &mut [u8]) {
     let off = (at as usize) & (cap - 1);
     let first = dst.len().min(cap - off);
     // SAFETY: per the contract.

@@ -516,3 +516,100 @@ fn a_single_copy_whose_sender_failed_is_not_read_after_the_sender_returns() {
         out[1]
     );
 }
+
+/// Block lengths (f32 elements) of [`reduce_pairs`]: empty, one element,
+/// odd lengths, blocks of one and of several ring capacities (whose answers
+/// must be taken back before the sender can go on), one after another so
+/// that messages wrap around the ring.
+const PAIR_BLOCKS: [(usize, usize); 6] = [
+    (0, 1),
+    (1, 2),
+    (1000, 1001),
+    (65_536, 65_537),
+    (300_001, 300_000),
+    (1 << 20, (1 << 20) + 3),
+];
+
+/// Runs [`Transport::reduce_pair`] over [`PAIR_BLOCKS`] with `peer` (which
+/// runs the same) and checks both blocks on this rank: integer values, so
+/// the sums are exact in any order.
+fn reduce_pairs(t: &mut ShmTransport, me: usize, peer: usize) {
+    let value = |rank: usize, block: usize, i: usize| ((i % 1000) + 3 * rank + block) as f32;
+    for (seq, (a, b)) in PAIR_BLOCKS.into_iter().enumerate() {
+        let fill =
+            |block: usize, n: usize| -> Vec<f32> { (0..n).map(|i| value(me, block, i)).collect() };
+        let (mut first, mut second) = (fill(0, a), fill(1, b));
+        // Rank r reduces block r and sends the other, as the ring does.
+        let (mine, theirs) = if me == 0 {
+            (&mut second, &mut first)
+        } else {
+            (&mut first, &mut second)
+        };
+        t.reduce_pair(
+            &f32_tag(seq as u32, a + b),
+            peer,
+            bytemuck::cast_slice_mut(mine),
+            bytemuck::cast_slice_mut(theirs),
+            DType::F32,
+            ReduceOp::Sum,
+        )
+        .unwrap();
+        for (block, got) in [(0, &first), (1, &second)] {
+            let want: Vec<f32> = (0..got.len())
+                .map(|i| value(0, block, i) + value(1, block, i))
+                .collect();
+            assert!(*got == want, "rank {me}, pair {seq}, block {block}");
+        }
+    }
+}
+
+#[test]
+fn a_pair_answered_in_the_ring_holds_both_sums_on_both_ranks() {
+    with_ranks(2, Duration::from_secs(30), |mut t| {
+        let (me, peer) = (t.rank(), 1 - t.rank());
+        // Thread ranks read each other's memory instead; as processes they
+        // would answer in the ring, which this makes them do.
+        t.reach[peer] = Reach::Ring;
+        assert!(t.answers_in_ring(peer));
+        reduce_pairs(&mut t, me, peer);
+    });
+}
+
+#[test]
+fn thread_ranks_reduce_a_pair_by_single_copy_with_the_same_sums() {
+    with_ranks(2, Duration::from_secs(30), |mut t| {
+        let (me, peer) = (t.rank(), 1 - t.rank());
+        assert!(!t.answers_in_ring(peer));
+        reduce_pairs(&mut t, me, peer);
+    });
+}
+
+/// Named after what would hang: a rank that sends for an answer while its
+/// peer reduces the ring's two steps instead. Both fail at once, naming it.
+#[test]
+fn ranks_disagreeing_on_answers_in_the_ring_fail_instead_of_waiting() {
+    let t0 = Instant::now();
+    let errors = with_ranks(2, Duration::from_secs(20), |mut t| {
+        let (me, peer) = (t.rank(), 1 - t.rank());
+        t.reach[peer] = if me == 0 {
+            Reach::Ring
+        } else {
+            Reach::SameProcess
+        };
+        let (mut a, mut b) = (vec![1f32; 100], vec![2f32; 100]);
+        t.reduce_pair(
+            &f32_tag(0, 200),
+            peer,
+            bytemuck::cast_slice_mut(&mut a),
+            bytemuck::cast_slice_mut(&mut b),
+            DType::F32,
+            ReduceOp::Sum,
+        )
+        .unwrap_err()
+        .to_string()
+    });
+    for e in &errors {
+        assert!(e.contains("answered in the ring"), "{e}");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}

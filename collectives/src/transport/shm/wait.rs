@@ -195,6 +195,14 @@ impl ShmTransport {
                     tag.describe(),
                     t.len
                 )
+            } else if t.pos == t.end && !t.answered() {
+                format!(
+                    "rank {} to answer {} in the ring ({} of {} bytes back)",
+                    t.peer,
+                    tag.describe(),
+                    t.reply.as_ref().map_or(0, |r| r.done),
+                    t.len
+                )
             } else if t.single {
                 format!(
                     "rank {} to make room for {}'s descriptor",

@@ -196,6 +196,11 @@ fn child_rank() {
         "swap-streaming" => {
             swap(&mut t, 1, 0, STREAMING);
         }
+        // Reduce pairs with rank 0, answering in the ring.
+        "pairs" => {
+            assert!(t.answers_in_ring(0));
+            super::reduce_pairs(&mut t, 1, 0);
+        }
         // Offer to read rank 0's memory, then exit without reading.
         "exit" => {}
         "bench" => bench_peer(&mut t),
@@ -278,6 +283,16 @@ const SWAPS: u32 = 12;
 
 /// Rank `me` swaps [`SWAPS`] messages of `len` bytes with `peer` (which runs
 /// the same), each checked on arrival.
+/// Between processes a pair answers in the ring, whatever single copy
+/// could do: every block comes back reduced on both sides.
+#[test]
+fn processes_answer_pairs_in_the_ring_and_both_hold_the_sums() {
+    let (_dir, mut child, mut t) = parent_and_child("pairs", Duration::from_secs(30), &[]);
+    assert!(t.answers_in_ring(1));
+    super::reduce_pairs(&mut t, 0, 1);
+    assert!(child.wait().unwrap().success());
+}
+
 fn swap(t: &mut ShmTransport, me: usize, peer: usize, len: usize) {
     for seq in 0..SWAPS {
         let mine = pattern(me, seq, len);
