@@ -80,7 +80,10 @@ const SLICE_BLOCK: usize = 256 << 10;
 /// 1.85 sliced (2.55 against 2.38 with two busy loops), 16 MiB 4.31 against
 /// 3.87; at 4 MiB whole was as fast or faster idle (0.87 against 0.92), so
 /// it stays whole, and its 2 MiB messages may go by single copy where that
-/// measures faster (`transport/shm/route.rs`).
+/// measures faster (`transport/shm/route.rs`). (Those were the ring's two
+/// steps. At world 2 a slice is now one pair answered in the ring, for which
+/// whole and sliced took the same time from 1 to 64 MiB, within 2 %, so the
+/// slicing stays for the worlds above 2.)
 const MIN_SLICES: usize = 16;
 
 /// In-place ring all_reduce of `buf` (`Avg` is left as a sum; the caller divides).
@@ -90,33 +93,37 @@ const MIN_SLICES: usize = 16;
 /// the block a rank has just reduced is then still in its cache when the
 /// all-gather sends it, instead of being read back from memory after the
 /// reduce-scatter has swept the whole buffer (as NCCL slices its ring). At
-/// world 2 that is one of the five passes over memory per byte. At world 2
-/// a slice's two steps are one [`TaggedTransport::reduce_pair`]: between
-/// processes on shared memory the receiver answers in the ring, so each block
-/// is copied twice and folded once instead of copied three times and folded
-/// once (`transport/shm/reply.rs`).
+/// world 2 that is one of the five passes over memory per byte.
+///
+/// At world 2 the ring's two steps are one [`TaggedTransport::reduce_pair`]:
+/// between processes on shared memory the receiver answers in the ring, so
+/// each block is copied twice and folded once instead of copied three times
+/// and folded once (`transport/shm/reply.rs`). On the Xeon VM of issue 27
+/// (`peers --impl ringside-shm`, three runs each way alternating) that took
+/// 0.74–0.85 of the two steps' time from 32 KiB to 2 MiB.
 pub fn all_reduce(
     p: &mut TaggedTransport<'_>,
     buf: &mut [u8],
     dtype: DType,
     op: ReduceOp,
 ) -> Result<()> {
+    let reduce: fn(&mut TaggedTransport<'_>, &mut [u8], DType, ReduceOp) -> Result<()> =
+        if p.world() == 2 {
+            all_reduce_pair
+        } else {
+            all_reduce_whole
+        };
     let slice = SLICE_BLOCK * p.world() / dtype.size() * dtype.size();
     if buf.len() < MIN_SLICES * slice {
-        return all_reduce_whole(p, buf, dtype, op);
+        return reduce(p, buf, dtype, op);
     }
     for part in buf.chunks_mut(slice) {
-        if p.world() == 2 {
-            all_reduce_pair(p, part, dtype, op)?;
-        } else {
-            all_reduce_whole(p, part, dtype, op)?;
-        }
+        reduce(p, part, dtype, op)?;
     }
     Ok(())
 }
 
-/// World 2: the two ring steps as one [`TaggedTransport::reduce_pair`], which
-/// shared memory between processes answers in the ring, a copy fewer.
+/// World 2: the two ring steps as one [`TaggedTransport::reduce_pair`].
 fn all_reduce_pair(
     p: &mut TaggedTransport<'_>,
     buf: &mut [u8],
