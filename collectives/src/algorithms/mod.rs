@@ -17,9 +17,8 @@ pub mod tree;
 
 use std::ops::Range;
 
-use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
-use crate::transport::{Sink, Tag, Transport};
+use crate::transport::{Pair, Sink, Tag, Transport};
 
 /// An all_reduce algorithm choice: the names `--algo` takes. Which of them a
 /// backend runs is [`crate::Backend::algorithms`]: the reference backend runs
@@ -151,17 +150,9 @@ impl TaggedTransport<'_> {
         self.t
             .exchange(&self.tag, Some((to, data)), Some((from, sink)))
     }
-    /// Both halves of a two-rank all_reduce with `peer` (see
-    /// [`Transport::reduce_pair`]).
-    pub fn reduce_pair(
-        &mut self,
-        peer: usize,
-        mine: &mut [u8],
-        theirs: &mut [u8],
-        dtype: DType,
-        op: ReduceOp,
-    ) -> Result<()> {
-        self.t.reduce_pair(&self.tag, peer, mine, theirs, dtype, op)
+    /// Both halves of a two-rank all_reduce (see [`Transport::reduce_pair`]).
+    pub fn reduce_pair(&mut self, pair: Pair<'_>) -> Result<()> {
+        self.t.reduce_pair(&self.tag, pair)
     }
 }
 

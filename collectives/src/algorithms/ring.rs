@@ -12,7 +12,7 @@ use std::ops::Range;
 use super::{TaggedTransport, partition, split_pair, sub_mod};
 use crate::element::{DType, ReduceOp};
 use crate::error::Result;
-use crate::transport::Sink;
+use crate::transport::{Pair, Sink};
 
 // ANCHOR: reduce_scatter
 /// In-place ring reduce-scatter: afterwards `buf[blocks[rank]]` holds the
@@ -76,14 +76,12 @@ pub fn all_gather_blocks(
 /// busy loops beside them.
 const SLICE_BLOCK: usize = 256 << 10;
 /// Buffers of at least this many slices are reduced slice by slice: from
-/// 8 MiB at world 2. Alternating as above, 8 MiB whole took 2.07 ms against
-/// 1.85 sliced (2.55 against 2.38 with two busy loops), 16 MiB 4.31 against
-/// 3.87; at 4 MiB whole was as fast or faster idle (0.87 against 0.92), so
-/// it stays whole, and its 2 MiB messages may go by single copy where that
-/// measures faster (`transport/shm/route.rs`). (Those were the ring's two
-/// steps. At world 2 a slice is now one pair answered in the ring, for which
-/// whole and sliced took the same time from 1 to 64 MiB, within 2 %, so the
-/// slicing stays for the worlds above 2.)
+/// 8 MiB at world 2. With the ring's two steps, alternating as above, 8 MiB
+/// whole took 2.07 ms against 1.85 sliced (2.55 against 2.38 with two busy
+/// loops), 16 MiB 4.31 against 3.87, and 4 MiB whole was as fast or faster
+/// idle (0.87 against 0.92). At world 2 a slice is now one pair answered in
+/// the ring ([`all_reduce`]), for which whole and sliced took the same time
+/// from 1 to 64 MiB, within 2 %: the slicing matters for the worlds above 2.
 const MIN_SLICES: usize = 16;
 
 /// In-place ring all_reduce of `buf` (`Avg` is left as a sum; the caller divides).
@@ -138,7 +136,13 @@ fn all_reduce_pair(
     } else {
         (first, second)
     };
-    p.reduce_pair(1 - p.rank(), mine, theirs, dtype, op)
+    p.reduce_pair(Pair {
+        peer: 1 - p.rank(),
+        mine,
+        theirs,
+        dtype,
+        op,
+    })
 }
 
 fn all_reduce_whole(

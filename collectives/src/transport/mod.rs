@@ -358,26 +358,17 @@ pub trait Transport: Send {
         send: Option<(usize, &[u8])>,
         recv: Option<(usize, Sink<'_>)>,
     ) -> Result<()>;
-    /// Both halves of a two-rank all_reduce with `peer`, as one step: sends
-    /// `mine` for `peer` to reduce into its own copy of that block, and
-    /// reduces `peer`'s into `theirs`; afterwards both blocks hold the
-    /// reduction on both ranks, each element reduced once, by the rank that
-    /// owns its block (`op(this rank's, the peer's)` in `theirs`). `peer`
-    /// calls it with the blocks the other way round.
+    /// Both halves of a two-rank all_reduce (see [`Pair`]) as one step:
+    /// afterwards both blocks hold the reduction on both ranks, each element
+    /// reduced once, by the rank that owns its block (`op(this rank's, the
+    /// peer's)` in `theirs`). The peer calls it with the blocks the other way
+    /// round.
     ///
     /// The default is the ring's two steps, a reduce-scatter exchange then an
     /// all-gather one. Shared memory between processes answers in the ring
     /// instead (see `shm::reply`), saving a copy of every byte.
-    fn reduce_pair(
-        &mut self,
-        tag: &Tag,
-        peer: usize,
-        mine: &mut [u8],
-        theirs: &mut [u8],
-        dtype: DType,
-        op: ReduceOp,
-    ) -> Result<()> {
-        reduce_pair_in_two_steps(self, tag, peer, mine, theirs, dtype, op)
+    fn reduce_pair(&mut self, tag: &Tag, pair: Pair<'_>) -> Result<()> {
+        reduce_pair_in_two_steps(self, tag, pair)
     }
     /// Best effort: tells every peer this rank is giving up, with `reason`, so
     /// peers waiting on us fail with [`Error::PeerAborted`] instead of timing
@@ -389,17 +380,36 @@ pub trait Transport: Send {
     }
 }
 
+/// What [`Transport::reduce_pair`] reduces with one peer.
+#[derive(Debug)]
+pub struct Pair<'a> {
+    /// The other rank.
+    pub peer: usize,
+    /// The block this rank sends for `peer` to reduce into its own copy; the
+    /// reduction replaces it.
+    pub mine: &'a mut [u8],
+    /// The block this rank reduces `peer`'s copy into.
+    pub theirs: &'a mut [u8],
+    /// Element type.
+    pub dtype: DType,
+    /// Operator (`Avg` sums; the algorithm divides at the end).
+    pub op: ReduceOp,
+}
+
 /// [`Transport::reduce_pair`] as the ring's two steps: a reduce-scatter
 /// exchange, then an all-gather one.
 pub fn reduce_pair_in_two_steps<T: Transport + ?Sized>(
     t: &mut T,
     tag: &Tag,
-    peer: usize,
-    mine: &mut [u8],
-    theirs: &mut [u8],
-    dtype: DType,
-    op: ReduceOp,
+    pair: Pair<'_>,
 ) -> Result<()> {
+    let Pair {
+        peer,
+        mine,
+        theirs,
+        dtype,
+        op,
+    } = pair;
     let reduce = Sink::Reduce {
         dst: &mut *theirs,
         dtype,

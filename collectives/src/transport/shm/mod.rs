@@ -76,8 +76,9 @@ use self::ring::{Cursor, Rx, Stage, Tx};
 use self::segment::{Layout, SHM_DIR, Segment, create_segment, open_segment, ring_capacity};
 use self::single_copy::{DESCRIPTOR_LEN, Reach};
 use self::wait::{OVERSUBSCRIBED_SPIN_TIME, OVERSUBSCRIBED_YIELDS, SPIN_TIME, Wait, YIELDS};
-use super::{Frame, Sink, Tag, Transport, TransportOptions, WaitWatch, reduce_pair_in_two_steps};
-use crate::element::{DType, ReduceOp};
+use super::{
+    Frame, Pair, Sink, Tag, Transport, TransportOptions, WaitWatch, reduce_pair_in_two_steps,
+};
 use crate::error::{Error, Result};
 use crate::rendezvous::{Store, barrier};
 
@@ -450,21 +451,13 @@ impl Transport for ShmTransport {
         result
     }
 
-    fn reduce_pair(
-        &mut self,
-        tag: &Tag,
-        peer: usize,
-        mine: &mut [u8],
-        theirs: &mut [u8],
-        dtype: DType,
-        op: ReduceOp,
-    ) -> Result<()> {
-        self.check_peer(peer, "reduce with")?;
-        if !self.answers_in_ring(peer) {
-            return reduce_pair_in_two_steps(self, tag, peer, mine, theirs, dtype, op);
+    fn reduce_pair(&mut self, tag: &Tag, pair: Pair<'_>) -> Result<()> {
+        self.check_peer(pair.peer, "reduce with")?;
+        if !self.answers_in_ring(pair.peer) {
+            return reduce_pair_in_two_steps(self, tag, pair);
         }
         self.check_usable()?;
-        self.reduce_pair_in_ring(tag, peer, mine, theirs, dtype, op)
+        self.reduce_pair_in_ring(tag, pair)
     }
 
     fn abort(&mut self, reason: &str) {

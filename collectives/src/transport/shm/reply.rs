@@ -25,9 +25,8 @@
 use super::ShmTransport;
 use super::ring::{Rx, Stage, Tx, copy_from_ring};
 use super::single_copy::Reach;
-use crate::element::{DType, ReduceOp};
 use crate::error::Result;
-use crate::transport::{FLAG_REPLY, Frame, Sink, Tag};
+use crate::transport::{FLAG_REPLY, Frame, Pair, Sink, Tag};
 
 impl ShmTransport {
     /// Whether a pair with `peer` answers in the ring (see the module docs).
@@ -38,29 +37,21 @@ impl ShmTransport {
     }
 
     /// [`crate::transport::Transport::reduce_pair`] over the ring.
-    pub(super) fn reduce_pair_in_ring(
-        &mut self,
-        tag: &Tag,
-        peer: usize,
-        mine: &mut [u8],
-        theirs: &mut [u8],
-        dtype: DType,
-        op: ReduceOp,
-    ) -> Result<()> {
+    pub(super) fn reduce_pair_in_ring(&mut self, tag: &Tag, pair: Pair<'_>) -> Result<()> {
         let hdr = Frame {
             tag: *tag,
-            len: mine.len() as u64,
+            len: pair.mine.len() as u64,
             flags: FLAG_REPLY,
         }
         .encode();
-        let mut tx = Tx::replying(peer, hdr, mine);
+        let mut tx = Tx::replying(pair.peer, hdr, pair.mine);
         let mut rx = Rx {
-            peer,
-            want: theirs.len(),
+            peer: pair.peer,
+            want: pair.theirs.len(),
             sink: Sink::Reduce {
-                dst: theirs,
-                dtype,
-                op,
+                dst: pair.theirs,
+                dtype: pair.dtype,
+                op: pair.op,
             },
             stage: Stage::Header,
             stream: false,

@@ -530,6 +530,17 @@ const PAIR_BLOCKS: [(usize, usize); 6] = [
     (1 << 20, (1 << 20) + 3),
 ];
 
+/// An f32 sum of `mine` and `theirs` with `peer`.
+fn f32_pair<'a>(peer: usize, mine: &'a mut [f32], theirs: &'a mut [f32]) -> Pair<'a> {
+    Pair {
+        peer,
+        mine: bytemuck::cast_slice_mut(mine),
+        theirs: bytemuck::cast_slice_mut(theirs),
+        dtype: DType::F32,
+        op: ReduceOp::Sum,
+    }
+}
+
 /// Runs [`Transport::reduce_pair`] over [`PAIR_BLOCKS`] with `peer` (which
 /// runs the same) and checks both blocks on this rank: integer values, so
 /// the sums are exact in any order.
@@ -545,15 +556,8 @@ fn reduce_pairs(t: &mut ShmTransport, me: usize, peer: usize) {
         } else {
             (&mut first, &mut second)
         };
-        t.reduce_pair(
-            &f32_tag(seq as u32, a + b),
-            peer,
-            bytemuck::cast_slice_mut(mine),
-            bytemuck::cast_slice_mut(theirs),
-            DType::F32,
-            ReduceOp::Sum,
-        )
-        .unwrap();
+        t.reduce_pair(&f32_tag(seq as u32, a + b), f32_pair(peer, mine, theirs))
+            .unwrap();
         for (block, got) in [(0, &first), (1, &second)] {
             let want: Vec<f32> = (0..got.len())
                 .map(|i| value(0, block, i) + value(1, block, i))
@@ -597,16 +601,9 @@ fn ranks_disagreeing_on_answers_in_the_ring_fail_instead_of_waiting() {
             Reach::SameProcess
         };
         let (mut a, mut b) = (vec![1f32; 100], vec![2f32; 100]);
-        t.reduce_pair(
-            &f32_tag(0, 200),
-            peer,
-            bytemuck::cast_slice_mut(&mut a),
-            bytemuck::cast_slice_mut(&mut b),
-            DType::F32,
-            ReduceOp::Sum,
-        )
-        .unwrap_err()
-        .to_string()
+        t.reduce_pair(&f32_tag(0, 200), f32_pair(peer, &mut a, &mut b))
+            .unwrap_err()
+            .to_string()
     });
     for e in &errors {
         assert!(e.contains("answered in the ring"), "{e}");
