@@ -69,35 +69,44 @@ impl<'a> Tx<'a> {
         len: usize,
         single: bool,
     ) -> Tx<'a> {
-        Tx {
-            peer,
-            hdr,
-            body: body.as_ptr(),
-            body_len: body.len(),
-            _body: PhantomData,
-            len,
-            pos: 0,
-            end: HEADER_LEN + body.len().next_multiple_of(8),
-            single,
-            ack: None,
-            reply: None,
-        }
+        Tx::with_body(peer, hdr, body.as_ptr(), body.len(), single, None, len)
     }
 
     /// `payload`, sent for the receiver to reduce and write back over it in
     /// the ring; the answer lands in `payload` (see `reply.rs`).
     pub(super) fn replying(peer: usize, hdr: [u8; HEADER_LEN], payload: &'a mut [u8]) -> Tx<'a> {
         let dst = payload.as_mut_ptr();
-        let mut t = Tx::new(peer, hdr, &[], payload.len(), false);
-        t.body = dst;
-        t.body_len = payload.len();
-        t.end = HEADER_LEN + payload.len().next_multiple_of(8);
-        t.reply = Some(Reply {
+        let reply = Reply {
             dst,
             done: 0,
             at: None,
-        });
-        t
+        };
+        let len = payload.len();
+        Tx::with_body(peer, hdr, dst, len, false, Some(reply), len)
+    }
+
+    fn with_body(
+        peer: usize,
+        hdr: [u8; HEADER_LEN],
+        body: *const u8,
+        body_len: usize,
+        single: bool,
+        reply: Option<Reply>,
+        len: usize,
+    ) -> Tx<'a> {
+        Tx {
+            peer,
+            hdr,
+            body,
+            body_len,
+            _body: PhantomData,
+            len,
+            pos: 0,
+            end: HEADER_LEN + body_len.next_multiple_of(8),
+            single,
+            ack: None,
+            reply,
+        }
     }
 
     /// Body bytes from `from` to the end.
