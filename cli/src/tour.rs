@@ -127,6 +127,29 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
     // same label's rounds lie a whole cycle of the others apart.
     // Per label (in `labels`' order): its rounds, or None while unavailable.
     let mut rounds_of: Vec<Option<Vec<Vec<Measurement>>>> = vec![None; labels.len()];
+    // The torch peer takes its rounds in turn with the backends' (A, B, …,
+    // torch, A, B, …, torch), as `bench --repeat` does: run after all of them,
+    // under load it met another phase of the machine than the Gloo it is
+    // compared with (2026-11-27, --load 2: 16 and 64 MiB at 1.34 and 1.35x
+    // torch's, against 0.90-1.31 taken in turn by bench).
+    let sweep = PeerSweep {
+        backend: "gloo",
+        collectives: &[Collective::AllReduce],
+        min_bytes: 4,
+        max_bytes: args.max_bytes,
+        factor: 4,
+        iters: args.iters,
+        warmup: 3,
+        dtype: DType::F32,
+        op: ReduceOp::Sum,
+        root: 0,
+        check: true,
+        combine: Combine::Max,
+        python: None,
+        script: None,
+    };
+    let mut peer_rounds: Vec<Vec<measure::Record>> = Vec::new();
+    let mut peer_failed: Option<String> = None;
     for round in 1..=args.repeat {
         let first = round == 1;
         for (label, rounds) in labels.iter().zip(rounds_of.iter_mut()) {
@@ -186,6 +209,12 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
             }
             rounds.get_or_insert_with(Vec::new).push(row);
         }
+        if !args.no_peer && peer_failed.is_none() {
+            match torch_peer::run(&sweep, &rdv, round, timeout) {
+                Ok(records) => peer_rounds.push(records),
+                Err(e) => peer_failed = Some(format!("{e:#}")),
+            }
+        }
     }
     let mut swept: Vec<(&Label, Vec<Measurement>)> = Vec::new();
     for (label, rounds) in labels.iter().zip(&rounds_of) {
@@ -234,44 +263,20 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
             "\n3. The same sweep with PyTorch's own torch.distributed (gloo), the same timing rule"
                 .into(),
         );
-        let sweep = PeerSweep {
-            backend: "gloo",
-            collectives: &[Collective::AllReduce],
-            min_bytes: 4,
-            max_bytes: args.max_bytes,
-            factor: 4,
-            iters: args.iters,
-            warmup: 3,
-            dtype: DType::F32,
-            op: ReduceOp::Sum,
-            root: 0,
-            check: true,
-            combine: Combine::Max,
-            python: None,
-            script: None,
-        };
-        // As many rounds as the backends had, and judged the same way.
-        let mut rounds: Vec<Vec<measure::Record>> = Vec::new();
-        for round in 1..=args.repeat {
-            match torch_peer::run(&sweep, &rdv, round, timeout) {
-                Ok(records) => rounds.push(records),
-                Err(e) => {
-                    say(format!("   torch peer not run: {e:#}"));
-                    break;
-                }
-            }
+        if let Some(why) = &peer_failed {
+            say(format!("   torch peer not run: {why}"));
         }
-        if let Some(first) = rounds.first() {
+        if let Some(first) = peer_rounds.first() {
             say(format!(
-                "   {} sizes measured (torch-gloo), {} round(s)",
+                "   {} sizes measured (torch-gloo), {} round(s), each taken in turn with the backends' rounds",
                 first.len(),
-                rounds.len()
+                peer_rounds.len()
             ));
         }
-        for r in rounds.iter().flatten() {
+        for r in peer_rounds.iter().flatten() {
             failed += r.wrong.max(0) as usize;
         }
-        for r in median_rounds(&rounds, |r| r.bytes, |r| r.median_us) {
+        for r in median_rounds(&peer_rounds, |r| r.bytes, |r| r.median_us) {
             results.push(r.clone())?;
         }
     }

@@ -297,8 +297,9 @@ fn tour_writes_results_and_a_report_with_the_torch_peer() {
     );
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(
-        stdout.contains("sizes measured (torch-gloo), 2 round(s)")
-            && stdout.contains("each size the median of 2 rounds"),
+        stdout.contains(
+            "sizes measured (torch-gloo), 2 round(s), each taken in turn with the backends' rounds"
+        ) && stdout.contains("each size the median of 2 rounds"),
         "{stdout}\n{stderr}"
     );
     let doc = load(&dir.path().join("bench.json"));

@@ -291,7 +291,12 @@ pub const BCUBE_BELOW: usize = 512 << 10;
 /// same way under either limit, ran 0.73–1.06× in both. Under `--load 2`
 /// the two were alike (4 runs each: 6 of 16 results at 8–64 MiB over 1.0×
 /// torch's with 4 MiB segments, 8 of 16 with 1 MiB; 16 MiB in 12.7–20.0 ms
-/// against 17.0–25.3).
+/// against 17.0–25.3). Taken call by call, which leaves out the machine's
+/// phases (2026-11-27, a scratch build cycling 4 MiB, Gloo's 1 MiB and
+/// 16 MiB segments per call, `bench --backend gloo -b 4M -e 64M -f 4 -n 60`,
+/// rank 0's median call): under `--load 2` 4 MiB segments took 12.0 and
+/// 75 ms at 16 and 64 MiB, 1 MiB 13.2 and 85, 16 MiB 11.8 and 113; idle 8.1
+/// and 39.5 against 9.8 and 45.7, and 8.4 and 61.1.
 pub const SEGMENT_BYTES: u64 = 4 << 20;
 
 impl GlooAlgo {
