@@ -21,7 +21,6 @@ use crate::progress;
 use crate::torch_peer::{self, PeerSweep, cuda_present};
 use collectives::job::{LoadArgs, SizeArgs, parse_size};
 use collectives::launch::Load;
-use collectives::rendezvous::env::Launcher;
 use measure::manifest;
 use measure::{Record, ResultsWriter, median_rounds};
 
@@ -282,20 +281,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         args.step,
     )?;
     let timeout = args.connect.timeout()?;
-    // The process that starts the ranks (or is the only one) runs the load,
-    // for the whole job, peer included; its ranks see the flag but start none.
+    // One load per host for the whole job, peer included: see beside_this_job.
     let _load = Load::beside_this_job(args.load.load)?;
     let rdv = match job::start_rank(args.spawn.nproc, timeout)? {
         Err(code) => return Ok(code),
         Ok(r) => r,
     };
-    if args.load.load > 0 && !matches!(rdv.info.launcher, Launcher::Ringside | Launcher::Single) {
-        bail!(
-            "--load starts busy loops beside ranks that `ringside bench --nproc N` starts itself; \
-             under {} start them yourself (e.g. `sh -c 'while :; do :; done' &` per loop)",
-            rdv.info.launcher.name()
-        );
-    }
     let (me, world) = (rdv.info.rank, rdv.info.world_size);
     let largest = collectives
         .iter()

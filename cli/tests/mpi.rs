@@ -133,3 +133,85 @@ fn frozen_rank_aborts(level: &str) {
         started.elapsed()
     );
 }
+
+/// The parent of process `pid` (field 4 of its stat), if it still runs.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 2..].split(' ').nth(1)?.parse().ok()
+}
+
+/// The busy loops of `--load` running now below process `root`.
+fn loops_below(root: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c == b"sh\0-c\0while :; do :; done\0")
+        })
+        .filter(|&pid| {
+            let mut p = pid;
+            for _ in 0..8 {
+                match parent_of(p) {
+                    Some(q) if q == root => return true,
+                    Some(q) if q > 1 => p = q,
+                    _ => return false,
+                }
+            }
+            false
+        })
+        .collect()
+}
+
+/// `cargo xtask tour --load 2` runs the tour under mpirun, where no rank
+/// started the busy loops: it timed an idle machine and said two loops ran
+/// beside it (and `bench --load` under mpirun refused to run). Now the first
+/// rank on the host starts them: exactly two, once.
+#[test]
+fn load_under_mpirun_runs_its_loops_once_per_host() {
+    let _turn = take_turn();
+    let mut cmd = Command::new("mpirun");
+    cmd.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+    ])
+    .args(["-np", "2", "-x", "MASTER_PORT"])
+    .arg(env!("CARGO_BIN_EXE_ringside"))
+    .args(["bench", "--backend", "reference-tcp", "--load", "2"])
+    .args(["-b", "4", "-e", "4M", "-n", "200"]);
+    let child = ringside(&mut cmd)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("mpirun comes from openmpi-bin, see the set-up");
+    let root = child.id();
+    let watcher = std::thread::spawn(move || {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut most = 0;
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            let now = loops_below(root);
+            most = most.max(now.len());
+            seen.extend(now);
+            if parent_of(root).is_none() {
+                break; // mpirun has ended (or is a zombie: no stat parse needed)
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (seen, most)
+    });
+    let (out, _) = common::finish(child, Duration::from_secs(120));
+    let (seen, most) = watcher.join().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("--load 2: 2 busy loops"), "{stdout}");
+    assert_eq!(
+        (seen.len(), most),
+        (2, 2),
+        "busy loops seen below mpirun: {seen:?}\n{stdout}\n{stderr}"
+    );
+}

@@ -5,6 +5,11 @@ use super::{LaunchReport, LaunchSpec, spawn};
 use crate::error::{Error, Result};
 use crate::rendezvous::env::{Overrides, RankInfo};
 
+/// Set in the ranks [`init`] starts as copies of the program: their parent is
+/// the same program with the same flags, and runs what a job runs once per
+/// host beside its ranks (`--load N`'s busy loops, [`super::Load`]).
+pub const SELF_LAUNCHED: &str = "RINGSIDE_SELF_LAUNCHED";
+
 /// What [`init`] made of this process.
 #[derive(Debug)]
 pub enum Role {
@@ -35,7 +40,8 @@ pub fn init(nproc: Option<usize>) -> Result<Role> {
         Some(n) if n > 1 => {
             let exe = std::env::current_exe()
                 .map_err(|e| Error::io("finding this program's executable to re-run it", e))?;
-            let spec = LaunchSpec::new(exe, std::env::args_os().skip(1), n);
+            let mut spec = LaunchSpec::new(exe, std::env::args_os().skip(1), n);
+            spec.env.push((SELF_LAUNCHED.into(), "1".into()));
             Ok(Role::Launcher(spawn(&spec)?))
         }
         _ => Ok(Role::Rank(RankInfo::from_env(&Overrides::default())?)),

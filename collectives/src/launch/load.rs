@@ -10,8 +10,19 @@
 
 use std::process::{Command, Stdio};
 
-use super::Group;
+use super::{Group, SELF_LAUNCHED};
 use crate::error::{Error, Result};
+use crate::rendezvous::env::{Overrides, RankInfo};
+
+/// Whether this process starts the host's loops: `launched` is `None` for a
+/// process no launcher started, else (started by [`super::init`] as a copy
+/// of its parent, its local rank).
+fn starts_here(launched: Option<(bool, usize)>) -> bool {
+    match launched {
+        None => true,
+        Some((self_launched, local_rank)) => !self_launched && local_rank == 0,
+    }
+}
 
 /// N busy loops, running until dropped.
 pub struct Load {
@@ -38,14 +49,25 @@ impl Load {
         Ok(Load { group })
     }
 
-    /// [`Load::start`] in the process that starts a job's ranks (or is its
-    /// only rank), `None` in a rank a launcher started: the ranks of
-    /// `prog --nproc N --load 2` see the flag too, and must not start more.
+    /// [`Load::start`] once per host of a job, `None` in its other processes:
+    /// in the process that starts the ranks as copies of itself (`prog
+    /// --nproc N --load 2`: its ranks see the flag too, and must not start
+    /// more) or is the only rank; under any other launcher (`mpirun`,
+    /// torchrun, srun, `ringside launch`) in the first rank on each host.
+    /// Until 2026-11-27 no rank a launcher started ran any: `cargo xtask tour
+    /// --load 2`, which runs the tour under `mpirun`, measured an idle
+    /// machine while saying that two busy loops ran beside it.
     pub fn beside_this_job(n: usize) -> Result<Option<Load>> {
-        if crate::rendezvous::env::RankInfo::launched_from_env()? {
-            Ok(None)
+        let launched = if RankInfo::launched_from_env()? {
+            let info = RankInfo::from_env(&Overrides::default())?;
+            Some((std::env::var_os(SELF_LAUNCHED).is_some(), info.local_rank))
         } else {
+            None
+        };
+        if starts_here(launched) {
             Load::start(n).map(Some)
+        } else {
+            Ok(None)
         }
     }
 
@@ -83,6 +105,20 @@ mod tests {
         let f: Vec<&str> = rest.split(' ').collect();
         // Fields 14 and 15 (utime, stime) are 11 and 12 after the state.
         f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+    }
+
+    /// `cargo xtask tour --load 2` runs under `mpirun`, and no rank started
+    /// the loops there: the tour timed an idle machine and said it was busy.
+    #[test]
+    fn ranks_of_another_launcher_start_one_load_per_host() {
+        // A program that starts its ranks itself, or runs alone.
+        assert!(starts_here(None));
+        // Its own copies: the parent runs the loops.
+        assert!(!starts_here(Some((true, 0))));
+        assert!(!starts_here(Some((true, 1))));
+        // mpirun, torchrun, srun, `ringside launch`: the host's first rank.
+        assert!(starts_here(Some((false, 0))));
+        assert!(!starts_here(Some((false, 1))));
     }
 
     #[test]

@@ -56,7 +56,7 @@ mod report;
 
 pub use exit::{Exit, Stopped, signal_name};
 pub use group::{Group, supervised};
-pub use init::{Role, init};
+pub use init::{Role, SELF_LAUNCHED, init};
 pub use interrupt::install_interrupt_handler;
 pub use load::Load;
 pub use output::TAIL_LINES;
