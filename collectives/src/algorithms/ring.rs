@@ -64,19 +64,37 @@ pub fn all_gather_blocks(
 }
 // ANCHOR_END: all_gather
 
-/// Bytes per rank in one slice of a large all_reduce (see [`all_reduce`]).
+/// Bytes per rank in one slice of a large all_reduce (see [`all_reduce`]):
+/// 256 KiB at world 2, 1 MiB above.
 ///
-/// Small enough that a slice's blocks and the rings' chunks in flight stay in
-/// L2 between the reduce-scatter's fold and the all-gather's send. On the
-/// 2-core Xeon VM of issue 27 (2 MiB L2 per core), calls alternating between
-/// slice sizes inside one run (so that both see the machine in the same
-/// state) took at 64 MiB, world 2: 1 MiB slices 23.1 / 26.1 ms, 256 KiB
-/// 20.4 / 23.0, 128 KiB 20.3 / 22.9, 64 KiB 21.0 / 23.0 (two runs, medians of
-/// 51 calls each), and 37.0 against 34.0 ms for 1 MiB against 256 KiB with two
-/// busy loops beside them.
-const SLICE_BLOCK: usize = 256 << 10;
+/// World 2: small enough that a slice's blocks and the rings' chunks in
+/// flight stay in L2 between the reduce-scatter's fold and the all-gather's
+/// send. On the 2-core Xeon VM of issue 27 (2 MiB L2 per core), calls
+/// alternating between slice sizes inside one run (so that both see the
+/// machine in the same state) took at 64 MiB, world 2, with the ring's two
+/// steps (thread ranks still take them): 1 MiB slices 23.1 / 26.1 ms,
+/// 256 KiB 20.4 / 23.0, 128 KiB 20.3 / 22.9, 64 KiB 21.0 / 23.0 (two runs,
+/// medians of 51 calls each), and 37.0 against 34.0 ms for 1 MiB against
+/// 256 KiB with two busy loops beside them.
+///
+/// Above world 2 the smaller slice was not measured when it came in, and
+/// lost (2026-11-27, `peers --impl ringside-shm` with a build of each,
+/// alternating): four times the slices means four times the ring passes,
+/// each n - 1 hand-overs per step. On the 2-core VM at world 4 (4 ranks on
+/// 2 cores, 4 runs each) 256 KiB slices took 8.0-11.9 ms at 16 MiB against
+/// 6.3-8.3 for 1 MiB (which does not slice there yet), 38-41 against 43-48
+/// at 64 MiB; with two busy loops beside them 56-68 against 23-28 ms at
+/// 16 MiB, 110-129 against 45-54 at 32 MiB and 216-253 against 180-196 at
+/// 64 MiB. On a 16-core H200 node (3 runs each, idle) 1 MiB was faster at
+/// 16-32 MiB at world 4 (3.9-4.1 against 4.6-7.5 ms at 16 MiB) and 256 KiB
+/// from 64 MiB (21.5-31.4 against 25.6-30.1; 128 MiB 44-61 against 52-60);
+/// at world 8 the two were alike. Busy or oversubscribed machines are where
+/// the course runs, hence 1 MiB.
+const fn slice_block(world: usize) -> usize {
+    if world == 2 { 256 << 10 } else { 1 << 20 }
+}
 /// Buffers of at least this many slices are reduced slice by slice: from
-/// 8 MiB at world 2. With the ring's two steps, alternating as above, 8 MiB
+/// 8 MiB at world 2, 64 MiB at world 4. With the ring's two steps, alternating as above, 8 MiB
 /// whole took 2.07 ms against 1.85 sliced (2.55 against 2.38 with two busy
 /// loops), 16 MiB 4.31 against 3.87, and 4 MiB whole was as fast or faster
 /// idle (0.87 against 0.92). At world 2 a slice is now one pair answered in
@@ -87,7 +105,7 @@ const MIN_SLICES: usize = 16;
 /// In-place ring all_reduce of `buf` (`Avg` is left as a sum; the caller divides).
 ///
 /// A buffer far larger than the cache is reduced in slices of
-/// `world × SLICE_BLOCK` bytes, each a whole reduce-scatter then all-gather:
+/// `world × slice_block(world)` bytes, each a whole reduce-scatter then all-gather:
 /// the block a rank has just reduced is then still in its cache when the
 /// all-gather sends it, instead of being read back from memory after the
 /// reduce-scatter has swept the whole buffer (as NCCL slices its ring). At
@@ -111,7 +129,7 @@ pub fn all_reduce(
         } else {
             all_reduce_whole
         };
-    let slice = SLICE_BLOCK * p.world() / dtype.size() * dtype.size();
+    let slice = slice_block(p.world()) * p.world() / dtype.size() * dtype.size();
     if buf.len() < MIN_SLICES * slice {
         return reduce(p, buf, dtype, op);
     }
@@ -160,7 +178,7 @@ fn all_reduce_whole(
 mod tests {
     use std::time::Duration;
 
-    use super::{MIN_SLICES, SLICE_BLOCK};
+    use super::{MIN_SLICES, slice_block};
     use crate::thread_ranks::with_ranks;
     use crate::transport::TransportKind;
     use crate::{BufferMut, Communicator, Input, ReduceOp};
@@ -170,7 +188,7 @@ mod tests {
         for world in [2, 3] {
             // Just past the slicing threshold, and not a whole number of
             // slices. Integer values below 2^24: exact in f32 in any order.
-            let n = MIN_SLICES * SLICE_BLOCK * world / 4 + 5;
+            let n = MIN_SLICES * slice_block(world) * world / 4 + 5;
             let value = |i: usize, r: usize| ((i % 1000) + r) as f32;
             let got = with_ranks(
                 world,
