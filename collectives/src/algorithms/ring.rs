@@ -93,6 +93,7 @@ pub fn all_gather_blocks(
 const fn slice_block(world: usize) -> usize {
     if world == 2 { 256 << 10 } else { 1 << 20 }
 }
+
 /// Buffers of at least this many slices are reduced slice by slice: from
 /// 8 MiB at world 2, 64 MiB at world 4. With the ring's two steps, alternating as above, 8 MiB
 /// whole took 2.07 ms against 1.85 sliced (2.55 against 2.38 with two busy
