@@ -58,16 +58,26 @@
 //! ring-chunked algorithm with its pairs in Gloo's synchronous mode
 //! (faster idle, twice as slow under load at 64 MiB), and a shorter scheduler
 //! slice for every rank thread (`sched_setattr`, 100 µs: slow states and
-//! stalls as often, 3 runs each way by median on 2026-11-27). Still
-//! open: in some runs calls under 1 MiB take one or more scheduler ticks (4 ms)
-//! under load; counted by median, rarely (2026-11-27, 23 runs with the torch
-//! peer under `--load 2`: ours at 4 of 169 sizes, torch's at 7). A `perf sched
-//! record` under two busy loops shows what such a call is: run-queue delay,
-//! not a late message. A rank's loop thread, woken by the other rank's send,
-//! waited 3.45 ms on its core while the busy loop there ran out its slice, with
-//! both ranks' loop threads on that core and the callers on the other. Such
-//! delays over 1 ms hit about 1 % of wake-ups, of ringside's threads and torch's
-//! alike. (An earlier reading, "asleep with no run-queue delay", was wrong.)
+//! stalls as often, 3 runs each way by median on 2026-11-27); later the same
+//! day, a short slice for the callers only, or the loop threads 5 nicer
+//! (6 runs each: stalled sizes in 5 of 6 runs either way, as without).
+//!
+//! **The 4 ms calls were Gloo's event loop spinning** (found 2026-11-27, late):
+//! its handler only *tries* to take the pair's lock, and on a busy machine
+//! the rank's thread holding it was preempted on the loop's own core, so the
+//! loop spun until the next scheduler tick. Under `mpirun` beside two busy
+//! loops that stalled one or more sizes from 4 B to 64 KiB in 19 of 27 runs,
+//! mostly the first ones, while the kernel still kept the four rank threads
+//! on one core. [`loop_yield`] has the traces and the fix: libgloo's loop
+//! now yields when it finds the same ready socket with nothing done for 5 µs
+//! (`RINGSIDE_GLOO_LOOP_YIELD=off` restores Gloo as shipped, for an A/B).
+//! With it no size stalled in any of 23 runs, idle calls took the same time,
+//! and 1–64 MiB under load got no slower (4 alternating runs each way against
+//! the torch peer: 16 MiB in 9.9–18.1 ms against 14.0–19.9, 64 MiB in
+//! 54–87 ms against 81–89). Earlier readings of these stalls as run-queue
+//! delay (a loop thread woken late behind a busy loop, which does happen to
+//! about 1 % of wake-ups, ringside's and torch's alike) missed the spin: a
+//! spinning thread is running, not waiting.
 //! Counted by stalled medians, `bcube` at small sizes did no better, but it
 //! halves a small call's time in the runs where every wake-up waits behind a
 //! busy loop (see [`BCUBE_BELOW`]), hence the default. Pinning each rank
@@ -77,8 +87,8 @@
 //!
 //! **Gloo's threads.** Each TCP device starts one event-loop thread, which
 //! does the socket reads and the writes a full socket defers; it sleeps in
-//! `epoll_wait` between events (it does not spin, in Debian's Gloo or in
-//! PyTorch's). Until 2026-11-27 ringside started those threads 5 nicer than
+//! `epoll_wait` between events, but spins while another thread holds a
+//! ready pair's lock (in Debian's Gloo and in PyTorch's; [`loop_yield`]). Until 2026-11-27 ringside started those threads 5 nicer than
 //! the rank, from an idle measurement on the 2-core VM where that kept them
 //! from preempting the rank's reductions. On a 16-core H200 node with 16 busy
 //! loops beside the job (`bench --backend gloo --peer torch --repeat 3 --load
@@ -117,6 +127,7 @@
 //! more than `i32::MAX` elements on a classic algorithm (they count in
 //! `int`).
 
+pub mod loop_yield;
 pub mod preload;
 mod worker;
 
@@ -436,6 +447,10 @@ impl GlooComm {
             first_error: Mutex::new(None),
         };
         let ms = i64::try_from(opts.timeout.as_millis()).unwrap_or(i64::MAX);
+        // Before Gloo's loop threads start. Where it cannot be done Gloo runs
+        // as shipped, spin and all (`loop_yield` says when), which is no
+        // reason to refuse the job.
+        let _ = loop_yield::install();
         // On the rank's own thread, so that Gloo's event-loop threads keep the
         // rank's priority, as in PyTorch: see "Gloo's threads" above for what
         // running them nicer cost.
