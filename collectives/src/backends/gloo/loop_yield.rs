@@ -14,7 +14,7 @@
 //! for cannot run until the scheduler's next tick: 4 ms for a call of 60 µs.
 //!
 //! Seen on 2026-11-27 on the 2-core Xeon VM, 2 ranks under `mpirun` beside
-//! two busy loops (`ringside bench --backend gloo --load 2`): in 10 of 14
+//! two busy loops (`ringside bench --backend gloo --load 2`): in 19 of 27
 //! runs one or more sizes from 4 B to 64 KiB took a median of 4.0 ms (every
 //! call a tick), mostly the first sizes, while the kernel still had all four
 //! rank threads on one core. `perf sched` showed a loop thread running
@@ -48,7 +48,7 @@
 use std::cell::{Cell, RefCell};
 use std::ffi::{CStr, c_int, c_void};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long the loop may find the same ready set with no progress before it
@@ -56,7 +56,7 @@ use std::time::{Duration, Instant};
 /// message and let go. Measured on 2026-11-27 (2-core VM, `--load 2`, 5 runs
 /// each, median call over 4 B–64 KiB per run): yielding at once 78–128 µs,
 /// after 5 µs 85–125, after 20 µs 98–146; none stalled, where without the
-/// wrappers 4 of 5 runs had sizes at 4 ms (one run 12 of 16).
+/// wrappers 5 of 5 runs had sizes at 4 ms (one run 12 of 16).
 pub const SPIN_BEFORE_YIELD: Duration = Duration::from_micros(5);
 
 /// The variable that turns the wrappers off (`off`, `0` or `false`).
@@ -64,9 +64,6 @@ pub const ENV: &str = "RINGSIDE_GLOO_LOOP_YIELD";
 
 /// The object whose imports are changed.
 const LIBGLOO: &str = "libgloo.so";
-
-/// Yields made since the process started (all loop threads).
-static YIELDS: AtomicU64 = AtomicU64::new(0);
 
 /// Points libgloo's `epoll_wait`, `recv` and `writev` at the wrappers, once
 /// per process; later calls return the first call's outcome. `Err` says why
@@ -89,11 +86,6 @@ pub fn install() -> Result<(), String> {
         )
     })
     .clone()
-}
-
-/// How many times Gloo's loop threads have yielded in this process.
-pub fn yields() -> u64 {
-    YIELDS.load(Ordering::Relaxed)
 }
 
 /// libgloo's `recv`: the real one, noted as progress.
@@ -123,9 +115,11 @@ unsafe extern "C" fn epoll_wait_hook(
         // SAFETY: epoll_wait filled the first n entries.
         let ready = unsafe { std::slice::from_raw_parts(events, n as usize) };
         let moved = MOVED.with(|m| m.replace(false));
-        let stuck = WATCH.with(|w| w.borrow_mut().stuck(ready, moved, Instant::now()));
+        // `try_with`: never a panic (an abort, here) in a thread's teardown.
+        let stuck = WATCH
+            .try_with(|w| w.borrow_mut().stuck(ready, moved, Instant::now()))
+            .unwrap_or(false);
         if stuck {
-            YIELDS.fetch_add(1, Ordering::Relaxed);
             // SAFETY: no preconditions.
             unsafe { libc::sched_yield() };
         }
