@@ -74,7 +74,12 @@
 //! With it no size stalled in any of 23 runs, idle calls took the same time,
 //! and 1–64 MiB under load got no slower (4 alternating runs each way against
 //! the torch peer: 16 MiB in 9.9–18.1 ms against 14.0–19.9, 64 MiB in
-//! 54–87 ms against 81–89). Earlier readings of these stalls as run-queue
+//! 54–87 ms against 81–89). Idle, 16 MiB got faster (6.7–7.3 ms against
+//! 9.8–10.8, 2 runs each against the torch peer): during large calls the loop
+//! found its pair taken by the worker's writes about a million times a run
+//! (`perf stat` of `bench -b 16M -e 64M -f 4`: 1.02 M `epoll_wait` calls
+//! without the wrappers, 121–173 k with, for ~19 k `recv` calls either way),
+//! and the spinning took a core from the ranks. Earlier readings of these stalls as run-queue
 //! delay (a loop thread woken late behind a busy loop, which does happen to
 //! about 1 % of wake-ups, ringside's and torch's alike) missed the spin: a
 //! spinning thread is running, not waiting.
