@@ -72,17 +72,17 @@
 //! now yields when it finds the same ready socket with nothing done for 5 µs
 //! (`RINGSIDE_GLOO_LOOP_YIELD=off` restores Gloo as shipped, for an A/B).
 //! With it no size stalled in any of 23 runs, idle calls took the same time,
-//! and 1–64 MiB under load got no slower (4 alternating runs each way against
-//! the torch peer: 16 MiB in 9.9–18.1 ms against 14.0–19.9, 64 MiB in
-//! 54–87 ms against 81–89). Idle, 16 MiB got faster (6.7–7.3 ms against
-//! 9.8–10.8, 2 runs each against the torch peer): during large calls the loop
-//! found its pair taken by the worker's writes about a million times a run
-//! (`perf stat` of `bench -b 16M -e 64M -f 4`: 1.02 M `epoll_wait` calls
+//! and 1–64 MiB under load got no slower (4 runs with, 3 without, taken in
+//! turn, against the torch peer: 16 MiB in 9.9–18.1 ms against 14.0–19.9,
+//! 64 MiB in 54–87 ms against 81–89). Idle, 16 MiB got faster (6.7–7.3 ms
+//! against 9.8–10.8, 2 runs each against the torch peer): during large calls
+//! the loop found its pair taken by the worker's writes about a million times
+//! a run (`perf stat` of `bench -b 16M -e 64M -f 4`: 1.02 M `epoll_wait` calls
 //! without the wrappers, 121–173 k with, for ~19 k `recv` calls either way),
-//! and the spinning took a core from the ranks. Earlier readings of these stalls as run-queue
-//! delay (a loop thread woken late behind a busy loop, which does happen to
-//! about 1 % of wake-ups, ringside's and torch's alike) missed the spin: a
-//! spinning thread is running, not waiting.
+//! and the spinning took a core from the ranks. Earlier readings of these
+//! stalls as run-queue delay (a loop thread woken late behind a busy loop,
+//! which does happen to about 1 % of wake-ups, ringside's and torch's alike)
+//! missed the spin: a spinning thread is running, not waiting.
 //! Counted by stalled medians, `bcube` at small sizes did no better, but it
 //! halves a small call's time in the runs where every wake-up waits behind a
 //! busy loop (see [`BCUBE_BELOW`]), hence the default. Pinning each rank
@@ -93,9 +93,10 @@
 //! **Gloo's threads.** Each TCP device starts one event-loop thread, which
 //! does the socket reads and the writes a full socket defers; it sleeps in
 //! `epoll_wait` between events, but spins while another thread holds a
-//! ready pair's lock (in Debian's Gloo and in PyTorch's; [`loop_yield`]). Until 2026-11-27 ringside started those threads 5 nicer than
-//! the rank, from an idle measurement on the 2-core VM where that kept them
-//! from preempting the rank's reductions. On a 16-core H200 node with 16 busy
+//! ready pair's lock (in Debian's Gloo and in PyTorch's; [`loop_yield`]).
+//! Until 2026-11-27 ringside started those threads 5 nicer than the rank,
+//! from an idle measurement on the 2-core VM where that kept them from
+//! preempting the rank's reductions. On a 16-core H200 node with 16 busy
 //! loops beside the job (`bench --backend gloo --peer torch --repeat 3 --load
 //! 16 -b 4 -e 16M -f 4`, 3 alternating runs each way) the nicer loops made
 //! calls take one scheduler tick (4 ms) at 5–7 sizes from 64 B to 256 KiB in
