@@ -20,8 +20,8 @@
 //! set, else default. `default`, `ring` and `bcube`
 //! are `gloo::allreduce` (the entry point PyTorch's ProcessGroupGloo calls)
 //! with, for `default`, bcube on small calls and Gloo's own choice (its ring)
-//! otherwise ([`BCUBE_BELOW`] says why), in segments of up to 4 MiB where
-//! Gloo's and PyTorch's are 1 MiB ([`SEGMENT_BYTES`]), `Algorithm::RING` or
+//! otherwise ([`BCUBE_BELOW`] says why), in segments of up to 1 MiB as
+//! Gloo's and PyTorch's ([`SEGMENT_BYTES`] has why not 4 MiB), `Algorithm::RING` or
 //! `Algorithm::BCUBE` (Gloo's own segments).
 //! `ring_chunked` and `halving_doubling` exist only as Gloo's classic
 //! algorithm objects (`gloo::AllreduceRingChunked`,
@@ -53,8 +53,8 @@
 //! busy loops together and each rank got a third of a core, where torch's
 //! ranks, which hand each call to a worker thread, got more than half. Tried
 //! without a lasting gain under load on 2026-11-26/27: Gloo's segment size
-//! (`setMaxSegmentSize` 1, 4 or 16 MiB; 4 MiB is the default now for its
-//! idle gain, [`SEGMENT_BYTES`]), the classic
+//! (`setMaxSegmentSize` 1, 4 or 16 MiB; 4 MiB was the default for its
+//! idle gain until the loop fix below, [`SEGMENT_BYTES`]), the classic
 //! ring-chunked algorithm with its pairs in Gloo's synchronous mode
 //! (faster idle, twice as slow under load at 64 MiB), and a shorter scheduler
 //! slice for every rank thread (`sched_setattr`, 100 µs: slow states and
@@ -111,7 +111,7 @@
 //! 16 MiB in 9.3–11.6 ms against 11.5–12.4, 64 MiB in 43.0–44.5 against
 //! 52.1–57.4 (0.73–0.93× and 0.78–0.85× torch's against 0.89–1.00× and
 //! 0.98–1.06×). That idle speed on two cores is what this choice alone gave
-//! up; [`SEGMENT_BYTES`] wins it back.
+//! up; 4 MiB segments won it back until the loop fix ([`SEGMENT_BYTES`]).
 //!
 //! How each collective maps onto Gloo:
 //!
@@ -295,26 +295,31 @@ pub enum GlooAlgo {
 pub const BCUBE_BELOW: usize = 512 << 10;
 
 /// The default all_reduce's ring passes the buffer on in segments of at most
-/// this many bytes; Gloo's own limit, which PyTorch keeps, is 1 MiB.
+/// this many bytes: Gloo's own limit, which PyTorch keeps (set explicitly, so
+/// the choice and its history stay in one place).
 ///
-/// Why: Gloo's ring cuts a buffer into max(bytes / segment, 2 × world)
-/// segments and waits for each, so from 4 MiB at world 2 a larger segment
-/// means fewer waits and wake-ups per call (64 MiB: 16 instead of 64). Gloo
-/// allocates two segments of scratch per call (8 MiB here, 2 at 1 MiB). On
-/// the 2-core Xeon VM on 2026-11-27, `bench --backend gloo --peer torch
-/// --repeat 3 -b 4M -e 64M -f 2`, 4 alternating runs of each: idle, 8–64 MiB
-/// took 0.78–0.91× torch's gloo with 4 MiB segments against 0.89–1.07× with
-/// 1 MiB (16 MiB: 10.7–11.4 ms against 13.2–13.7); 4 MiB calls, cut the
-/// same way under either limit, ran 0.73–1.06× in both. Under `--load 2`
-/// the two were alike (4 runs each: 6 of 16 results at 8–64 MiB over 1.0×
-/// torch's with 4 MiB segments, 8 of 16 with 1 MiB; 16 MiB in 12.7–20.0 ms
-/// against 17.0–25.3). Taken call by call, which leaves out the machine's
-/// phases (2026-11-27, a scratch build cycling 4 MiB, Gloo's 1 MiB and
-/// 16 MiB segments per call, `bench --backend gloo -b 4M -e 64M -f 4 -n 60`,
-/// rank 0's median call): under `--load 2` 4 MiB segments took 12.0 and
-/// 75 ms at 16 and 64 MiB, 1 MiB 13.2 and 85, 16 MiB 11.8 and 113; idle 8.1
-/// and 39.5 against 9.8 and 45.7, and 8.4 and 61.1.
-pub const SEGMENT_BYTES: u64 = 4 << 20;
+/// Gloo's ring cuts a buffer into max(bytes / segment, 2 × world) segments
+/// and waits for each, so the limit changes calls from 8 MiB at world 2
+/// (a 4 MiB call is cut into four 1 MiB segments either way). From
+/// 2026-11-27 until later that day the limit here was 4 MiB: fewer waits per
+/// call measured faster idle (`bench --backend gloo --peer torch --repeat 3
+/// -b 4M -e 64M -f 2`, 4 alternating runs each: 8–64 MiB 0.78–0.91× torch's
+/// against 0.89–1.07×), and alike or better under `--load 2`. Those runs had
+/// Gloo's loop spinning on the pair lock while the worker wrote
+/// ([`loop_yield`]), which larger segments met less often. With the loop
+/// fixed, 1 MiB is as fast or faster (2-core Xeon VM, a scratch build with
+/// the limit from the environment, taken in turn, in-place medians):
+///
+/// | where | 16 MiB: 4 MiB / 1 MiB segments | 64 MiB: 4 MiB / 1 MiB |
+/// |---|---|---|
+/// | idle, own launcher (4 runs each) | 7.7 / 7.5 ms | 44.8 (43.5–45.2) / 39.1 (35.7–40.3) ms |
+/// | `--load 2`, own launcher (6 each) | 9 / 7.5 | 66.5 (56–82) / 55 (37–76) |
+/// | `--load 2`, under `mpirun` (6 each) | 9.5 / 9.5 | 57.5 (48–98) / 44.5 (38–53) |
+///
+/// Under `mpirun` (both ranks in one scheduler group) the ranks' share of
+/// the two cores during 64 MiB calls was 60–97 % with 4 MiB segments and
+/// 84–155 % with 1 MiB (`/proc/<tid>/schedstat`, one-second samples).
+pub const SEGMENT_BYTES: u64 = 1 << 20;
 
 impl GlooAlgo {
     /// The algorithm a call on `count` elements of `bytes` bytes in all runs
