@@ -319,6 +319,13 @@ pub const BCUBE_BELOW: usize = 512 << 10;
 /// Under `mpirun` (both ranks in one scheduler group) the ranks' share of
 /// the two cores during 64 MiB calls was 60–97 % with 4 MiB segments and
 /// 84–155 % with 1 MiB (`/proc/<tid>/schedstat`, one-second samples).
+///
+/// The cost, not settled: against the torch peer under `--load 2` and the own
+/// launcher (`bench --backend gloo --peer torch --repeat 3 -b 4 -e 64M -f 4`),
+/// 16 MiB was over torch's time in 3 of 5 runs with 1 MiB segments (1.17,
+/// 1.27, 1.77) and at 0.83–1.06 in 4 runs with 4 MiB; the main job's tour
+/// under `mpirun` had 64 MiB at 0.94 and 1.02 with 1 MiB, 1.26–1.62 in 3
+/// tours with 4 MiB.
 pub const SEGMENT_BYTES: u64 = 1 << 20;
 
 impl GlooAlgo {
