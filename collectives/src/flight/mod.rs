@@ -84,13 +84,7 @@ impl FlightSettings {
     /// Reads `RINGSIDE_FLIGHT_RECORDER`, `RINGSIDE_NOTICE` and
     /// `RINGSIDE_IDLE_LIMIT`.
     pub fn from_env() -> Result<FlightSettings> {
-        let enabled = match std::env::var("RINGSIDE_FLIGHT_RECORDER") {
-            Ok(v) => !matches!(
-                v.trim().to_ascii_lowercase().as_str(),
-                "0" | "off" | "false"
-            ),
-            Err(_) => true,
-        };
+        let enabled = !crate::job::switched_off("RINGSIDE_FLIGHT_RECORDER");
         let notice = seconds_var("RINGSIDE_NOTICE")?.unwrap_or(DEFAULT_NOTICE);
         let idle_limit = seconds_var("RINGSIDE_IDLE_LIMIT")?.unwrap_or(DEFAULT_IDLE_LIMIT);
         Ok(FlightSettings {

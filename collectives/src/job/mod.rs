@@ -38,6 +38,17 @@ pub use flags::{
     ConnectArgs, JobArgs, Joined, LoadArgs, SizeArgs, SpawnArgs, TimeoutArgs, parse_size,
 };
 
+/// Whether the on/off variable `var` (a `RINGSIDE_*` switch that is on by
+/// default) is set to `0`, `off` or `false`.
+pub fn switched_off(var: &str) -> bool {
+    std::env::var(var).is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "0" | "off" | "false"
+        )
+    })
+}
+
 /// Either this process launched the ranks (and they have finished), or it is one.
 pub enum Start {
     /// We were the launcher; this is how the job ended.

@@ -71,9 +71,7 @@ const LIBGLOO: &str = "libgloo.so";
 pub fn install() -> Result<(), String> {
     static DONE: OnceLock<Result<(), String>> = OnceLock::new();
     DONE.get_or_init(|| {
-        if std::env::var(ENV)
-            .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "off" | "0" | "false"))
-        {
+        if crate::job::switched_off(ENV) {
             return Err(format!("{ENV} turns it off"));
         }
         got::patch(
@@ -117,7 +115,7 @@ unsafe extern "C" fn epoll_wait_hook(
         let moved = MOVED.with(|m| m.replace(false));
         // `try_with`: never a panic (an abort, here) in a thread's teardown.
         let stuck = WATCH
-            .try_with(|w| w.borrow_mut().stuck(ready, moved, Instant::now()))
+            .try_with(|w| w.borrow_mut().stuck(ready, moved, Instant::now))
             .unwrap_or(false);
         if stuck {
             // SAFETY: no preconditions.
@@ -147,8 +145,14 @@ struct Watch {
 
 impl Watch {
     /// Whether the loop should yield, given the ready set just returned,
-    /// whether it made a socket call since the last return, and the time.
-    fn stuck(&mut self, ready: &[libc::epoll_event], moved: bool, now: Instant) -> bool {
+    /// whether it made a socket call since the last return, and the clock
+    /// (read only when the set repeats unmoved: most returns need no time).
+    fn stuck(
+        &mut self,
+        ready: &[libc::epoll_event],
+        moved: bool,
+        now: impl FnOnce() -> Instant,
+    ) -> bool {
         let key = |e: &libc::epoll_event| ({ e.u64 }, { e.events });
         let same =
             self.key.len() == ready.len() && self.key.iter().zip(ready).all(|(k, e)| *k == key(e));
@@ -160,6 +164,7 @@ impl Watch {
             self.since = None;
             return false;
         }
+        let now = now();
         let stuck = now.duration_since(*self.since.get_or_insert(now)) >= SPIN_BEFORE_YIELD;
         self.yields += u64::from(stuck);
         stuck
@@ -223,7 +228,7 @@ mod got {
         data: *mut c_void,
     ) -> c_int {
         // SAFETY: dl_iterate_phdr passes a valid info, and `data` is the
-        // (&str, Vec) pair `find` handed it.
+        // (&str, Vec) pair `objects` handed it.
         let (info, (want, found)) = unsafe { (&*info, &mut *(data as *mut (&str, Vec<Object>))) };
         if info.dlpi_name.is_null() {
             return 0;
@@ -253,6 +258,15 @@ mod got {
         0
     }
 
+    /// The loaded objects whose path contains `lib`.
+    fn objects(lib: &str) -> Vec<Object> {
+        let mut data: (&str, Vec<Object>) = (lib, Vec::new());
+        // SAFETY: `visit` only reads the loader's data and pushes onto `data`,
+        // which outlives the call.
+        unsafe { libc::dl_iterate_phdr(Some(visit), &mut data as *mut _ as *mut c_void) };
+        data.1
+    }
+
     /// Sets each named import of every loaded object whose path contains
     /// `lib` to the given address; `Err` if there is no such object or one of
     /// the names is imported by none.
@@ -263,15 +277,12 @@ mod got {
                 std::env::consts::ARCH
             ));
         }
-        let mut data: (&str, Vec<Object>) = (lib, Vec::new());
-        // SAFETY: `visit` only reads the loader's data and pushes onto `data`,
-        // which outlives the call.
-        unsafe { libc::dl_iterate_phdr(Some(visit), &mut data as *mut _ as *mut c_void) };
-        if data.1.is_empty() {
+        let found = objects(lib);
+        if found.is_empty() {
             return Err(format!("no {lib} among the loaded objects"));
         }
         let mut done = vec![false; imports.len()];
-        for obj in &data.1 {
+        for obj in &found {
             for (slot, i) in slots(obj, imports) {
                 // SAFETY: `slot` is this object's GOT entry for the import,
                 // which the loader filled; see `write`.
@@ -385,11 +396,8 @@ mod got {
     /// The address now in `obj`'s GOT entry for `name`, for the tests.
     #[cfg(test)]
     pub(super) fn current(lib: &str, name: &CStr) -> Vec<usize> {
-        let mut data: (&str, Vec<Object>) = (lib, Vec::new());
-        // SAFETY: as in `patch`.
-        unsafe { libc::dl_iterate_phdr(Some(visit), &mut data as *mut _ as *mut c_void) };
         let mut out = Vec::new();
-        for obj in &data.1 {
+        for obj in &objects(lib) {
             for (slot, _) in slots(obj, &[(name, 0)]) {
                 // SAFETY: a filled GOT entry.
                 out.push(unsafe { (*(slot as *const AtomicUsize)).load(Ordering::SeqCst) });
@@ -417,25 +425,28 @@ mod tests {
         let inb = libc::EPOLLIN as u32;
         let mut w = Watch::default();
         // First sight; then the same set with nothing read, for 20 µs.
-        assert!(!w.stuck(&[ev(1, inb)], false, at(0)));
-        assert!(!w.stuck(&[ev(1, inb)], false, at(1)));
-        assert!(!w.stuck(&[ev(1, inb)], false, at(5)));
-        assert!(w.stuck(&[ev(1, inb)], false, at(6)), "5 µs unmoved");
-        assert!(w.stuck(&[ev(1, inb)], false, at(7)), "and on while stuck");
+        assert!(!w.stuck(&[ev(1, inb)], false, || at(0)));
+        assert!(!w.stuck(&[ev(1, inb)], false, || at(1)));
+        assert!(!w.stuck(&[ev(1, inb)], false, || at(5)));
+        assert!(w.stuck(&[ev(1, inb)], false, || at(6)), "5 µs unmoved");
+        assert!(
+            w.stuck(&[ev(1, inb)], false, || at(7)),
+            "and on while stuck"
+        );
         // A socket call (progress) starts the wait over.
-        assert!(!w.stuck(&[ev(1, inb)], true, at(8)));
-        assert!(!w.stuck(&[ev(1, inb)], false, at(10)));
-        assert!(!w.stuck(&[ev(1, inb)], false, at(14)));
-        assert!(w.stuck(&[ev(1, inb)], false, at(15)));
+        assert!(!w.stuck(&[ev(1, inb)], true, || at(8)));
+        assert!(!w.stuck(&[ev(1, inb)], false, || at(10)));
+        assert!(!w.stuck(&[ev(1, inb)], false, || at(14)));
+        assert!(w.stuck(&[ev(1, inb)], false, || at(15)));
         // Another handler or other bits: a new set.
-        assert!(!w.stuck(&[ev(2, inb)], false, at(90)));
-        assert!(!w.stuck(&[ev(2, inb | libc::EPOLLOUT as u32)], false, at(200)));
-        assert!(!w.stuck(&[ev(2, inb), ev(1, inb)], false, at(300)));
+        assert!(!w.stuck(&[ev(2, inb)], false, || at(90)));
+        assert!(!w.stuck(&[ev(2, inb | libc::EPOLLOUT as u32)], false, || at(200)));
+        assert!(!w.stuck(&[ev(2, inb), ev(1, inb)], false, || at(300)));
         // Streaming, or small calls back to back: the same set every time,
         // with a read after each.
         let mut w = Watch::default();
         for us in 0..100 {
-            assert!(!w.stuck(&[ev(4, inb)], us > 0, at(us * 30)));
+            assert!(!w.stuck(&[ev(4, inb)], us > 0, || at(us * 30)));
         }
     }
 
