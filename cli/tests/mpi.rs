@@ -136,8 +136,9 @@ fn frozen_rank_aborts(level: &str) {
 
 /// The parent of process `pid` (field 4 of its stat), if it still runs.
 fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 2..].split(' ').nth(1)?.parse().ok()
+    collectives::testing::proc_stat_field(&format!("/proc/{pid}/stat"), 4)?
+        .parse()
+        .ok()
 }
 
 /// The busy loops of `--load` running now below process `root`.

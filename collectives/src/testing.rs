@@ -37,3 +37,13 @@ pub fn skip_without_cuda(test: &str, reason: &str) {
     );
     skip(test, reason);
 }
+
+/// Field `n` of a `/proc/<pid>/stat` (or `/proc/<pid>/task/<tid>/stat`)
+/// file, numbered as in proc(5) (4 the parent, 14 and 15 user and system
+/// time, 19 the nice value), if the file can still be read. The name in
+/// parentheses (field 2) may hold spaces, so fields count from its end.
+pub fn proc_stat_field(path: &str, n: usize) -> Option<String> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(n.checked_sub(3)?).map(str::to_owned)
+}

@@ -100,11 +100,14 @@ mod tests {
 
     /// CPU time (user + system, clock ticks) of process `pid`.
     fn cpu_ticks(pid: u32) -> u64 {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        let rest = &stat[stat.rfind(')').unwrap() + 2..];
-        let f: Vec<&str> = rest.split(' ').collect();
-        // Fields 14 and 15 (utime, stime) are 11 and 12 after the state.
-        f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+        let path = format!("/proc/{pid}/stat");
+        let field = |n| -> u64 {
+            crate::testing::proc_stat_field(&path, n)
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        field(14) + field(15)
     }
 
     /// `cargo xtask tour --load 2` runs under `mpirun`, and no rank started

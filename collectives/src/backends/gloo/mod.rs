@@ -1025,10 +1025,9 @@ mod tests {
 
     /// The nice value of thread `tid` (field 19 of its stat), if it still runs.
     fn nice_of(tid: i32) -> Option<i32> {
-        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
-        // Fields after the parenthesised name start at 3 (state).
-        let rest = &stat[stat.rfind(')')? + 2..];
-        rest.split(' ').nth(16)?.parse().ok()
+        crate::testing::proc_stat_field(&format!("/proc/self/task/{tid}/stat"), 19)?
+            .parse()
+            .ok()
     }
 
     /// Gloo's event-loop threads ran 5 nicer than the rank until a saturated
