@@ -40,6 +40,14 @@
 //! 10 of 14 without. Idle, 4 runs each, the median call was the same or
 //! faster (78–98 µs against 90–103).
 //!
+//! Tried on 2026-11-28 and not kept: a stuck loop sleeping on the lock its
+//! handler failed to take (libgloo's `pthread_mutex_trylock` import wrapped,
+//! then `pthread_mutex_timedlock`) instead of yielding. Under `--load 2`, 10
+//! alternating rounds of `bench -b 16M -e 64M`, in-place medians: 16 MiB 10.0
+//! ms yielding, 11.1 sleeping, 16.1 sleeping only after a yield had given the
+//! core away; 64 MiB 59, 65, 81 ms. Idle the sleeping loop was 5–14 % slower at
+//! 1–64 MiB (a sleeping loop's wake-up costs more than a yield on a free core).
+//!
 //! `RINGSIDE_GLOO_LOOP_YIELD=off` leaves Gloo's loop as Debian ships it, for
 //! comparing. On architectures other than x86-64 and AArch64, or where libgloo
 //! cannot be found among the loaded objects, nothing is changed and Gloo runs
