@@ -159,9 +159,12 @@ fn tour_command(root: &std::path::Path, args: &[String]) -> Result<std::process:
     if unsafe { libc::geteuid() } == 0 {
         cmd.arg("--allow-run-as-root");
     }
-    // No core binding: mpirun binds each rank to one core by default, and then
-    // Gloo's network thread shares it with the rank: every small Gloo message
-    // waited a scheduler tick (4 ms measured instead of ~80 µs).
+    // No core binding by mpirun: the torch peer each rank starts would inherit
+    // its rank's core, where torch's Gloo loop spins on the core of the thread
+    // it waits for (1.2–3.8 ms at 4 to 6 of the 9 sizes from 4 B to 256 KiB
+    // on 2026-11-28, 0.1–0.4 ms unbound), which is not how torchrun runs it.
+    // ringside's shared-memory transport and Gloo backend bind their own
+    // ranks (`collectives::sys::affinity`).
     cmd.args(["--oversubscribe", "--bind-to", "none", "-np", "2", "-x"])
         .arg(format!("MASTER_PORT={port}"))
         .arg(ringside)

@@ -77,6 +77,11 @@ pub struct Options {
     /// [`crate::job::options`] sets the launcher's local world size (torchrun's
     /// `LOCAL_WORLD_SIZE`, OpenMPI's, Slurm's); `None` reads `LOCAL_WORLD_SIZE`.
     pub per_node: Option<usize>,
+    /// This rank's place among the ranks on its host (the launcher's
+    /// `LOCAL_RANK`), set with `per_node` by [`crate::job::options`]: the Gloo
+    /// backend binds each local rank to its share of the CPUs
+    /// (`sys::affinity`). `None`: unknown, and Gloo does not bind.
+    pub local_rank: Option<usize>,
 }
 
 impl Options {
@@ -111,6 +116,7 @@ impl Options {
                 matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "on" | "true")
             }),
             per_node: None,
+            local_rank: None,
         })
     }
 }

@@ -78,6 +78,7 @@ pub fn options(rdv: &Rendezvous) -> Result<Options> {
     let mut opts = Options::new(rdv.info.token.bytes())?;
     // Whichever launcher said it: nodes for `--algo hierarchical`.
     opts.per_node = Some(rdv.info.local_world_size);
+    opts.local_rank = Some(rdv.info.local_rank);
     let loopback = rdv.info.master_addr == "localhost"
         || rdv
             .info

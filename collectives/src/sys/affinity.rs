@@ -16,9 +16,14 @@
 //! Gloo communicator created in the same process (the tour measures Gloo
 //! after the reference backend) put its network thread on the rank's CPU,
 //! where every hand-off waited for a scheduler tick: 4 ms per all_reduce
-//! instead of 0.3 ms. So each rank gets an equal, disjoint share of the
-//! allowed CPUs, and the transport restores the previous mask when it is
-//! dropped.
+//! instead of 0.3 ms (Gloo's loop spinning on a lock held by a thread on its
+//! core, which `backends::gloo::loop_yield` has since mended). So each rank
+//! gets an equal, disjoint share of the allowed CPUs, and whoever bound
+//! restores the previous mask when it goes.
+//!
+//! Who binds: the shared-memory transport, and the Gloo backend once its loop
+//! is mended (its module docs have the measurements), each through
+//! [`bind_local_rank`].
 
 use std::io;
 
@@ -91,6 +96,18 @@ impl Binding {
 fn this_thread() -> libc::pid_t {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::gettid() }
+}
+
+/// Binds this thread (and the threads it starts from now on) to local rank
+/// `rank`'s share of the CPUs when the `world` ranks on this host fit its
+/// CPUs ([`cpus_for`]), until the returned binding is restored;
+/// `RINGSIDE_BIND=none` leaves placement to the scheduler. Best effort: a
+/// refusal (a container's seccomp policy) leaves the thread where it is.
+pub(crate) fn bind_local_rank(rank: usize, world: usize) -> Option<Binding> {
+    let opt_out = std::env::var("RINGSIDE_BIND").is_ok_and(|v| v == "none");
+    let allowed = allowed_cpus().ok()?;
+    let cpus = cpus_for(rank, world, &allowed, opt_out)?;
+    Binding::new(&cpus, allowed).ok()
 }
 
 /// The CPUs local rank `rank` of `world` binds to, or `None` when it should

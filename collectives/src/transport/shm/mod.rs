@@ -274,7 +274,7 @@ impl ShmTransport {
         attached?;
 
         let peers = peer_procs(&seg, &layout, rank);
-        let binding = wait::bind_rank(rank, world);
+        let binding = crate::sys::affinity::bind_local_rank(rank, world);
         // All ranks of this transport share the host, so the world size is
         // the number of ranks competing for its cores.
         let cores = super::host_cpus();

@@ -12,7 +12,7 @@ use super::ring::{Rx, Stage, Tx};
 use super::segment::{R_BELL, R_CPU, R_SLEEPING};
 use crate::deadline::Deadline;
 use crate::error::Result;
-use crate::sys::{affinity, futex};
+use crate::sys::futex;
 use crate::transport::{HEADER_LEN, Tag, WATCH_AFTER, WATCH_EVERY, Waiting};
 
 /// How long a waiter spins before it yields its core, when every rank can
@@ -238,16 +238,4 @@ impl ShmTransport {
             self.rank
         )
     }
-}
-
-/// Binds this rank's thread to a share of the CPUs of its own when the
-/// ranks fit the CPUs (see [`crate::sys::affinity`]), until the returned
-/// binding is restored; `RINGSIDE_BIND=none` leaves placement to the
-/// scheduler. Best effort: a refusal (a container's seccomp policy) leaves
-/// the thread where it is.
-pub(super) fn bind_rank(rank: usize, world: usize) -> Option<affinity::Binding> {
-    let opt_out = std::env::var("RINGSIDE_BIND").is_ok_and(|v| v == "none");
-    let allowed = affinity::allowed_cpus().ok()?;
-    let cpus = affinity::cpus_for(rank, world, &allowed, opt_out)?;
-    affinity::Binding::new(&cpus, allowed).ok()
 }
