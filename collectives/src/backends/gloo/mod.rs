@@ -86,9 +86,10 @@
 //! Counted by stalled medians, `bcube` at small sizes did no better, but it
 //! halves a small call's time in the runs where every wake-up waits behind a
 //! busy loop (see [`BCUBE_BELOW`]), hence the default. Pinning each rank
-//! (caller and loops) to a core of its own did worse: medians of 8.0–8.1 ms
-//! (two ticks) at 14 of 16 sizes in 3 of 3 runs, where unpinned the scheduler
-//! moves a woken thread off a busy core.
+//! (caller and loops) to a core of its own did worse then: medians of 8.0–8.1
+//! ms (two ticks) at 14 of 16 sizes in 3 of 3 runs, the loop spinning on the
+//! core of the thread it waited for. With the loop mended it does better
+//! ("Placement" below), and ranks are bound.
 //!
 //! **Gloo's threads.** Each TCP device starts one event-loop thread, which
 //! does the socket reads and the writes a full socket defers; it sleeps in

@@ -50,8 +50,8 @@
 //!   receiver answering in the ring.
 //! - `streaming.rs`: copying messages larger than the cache out of the ring
 //!   without reading their destination first.
-//! - `wait.rs`: spinning, yielding and sleeping on the doorbell, and binding
-//!   each rank to a CPU of its own so that spinning pays.
+//! - `wait.rs`: spinning, yielding and sleeping on the doorbell (each rank is
+//!   bound to CPUs of its own, `sys::affinity`, so that spinning pays).
 //! - `liveness.rs`: noticing that a peer's process has died.
 //! - `abort.rs`: the abort word every rank watches.
 
