@@ -141,6 +141,10 @@
 //! group) the bound ranks took 85–95 % of each core and the busy loops got
 //! 4–18 % (28–45 % with the ranks unbound): a job bound this way, as `mpirun`
 //! binds by default, takes the cores from other programs on the machine.
+//! With the ranks bound, a 100 µs EEVDF slice for every rank thread
+//! (`sched_setattr`; the default here is 1.4 ms) measured within noise under
+//! the own launcher and `--load 2` (6 rounds each, medians: 16 MiB 16.5 against
+//! 16.0 ms, 64 MiB 70 against 76), so it was not kept.
 //!
 //! How each collective maps onto Gloo:
 //!
