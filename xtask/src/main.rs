@@ -161,8 +161,9 @@ fn tour_command(root: &std::path::Path, args: &[String]) -> Result<std::process:
     }
     // No core binding by mpirun: the torch peer each rank starts would inherit
     // its rank's core, where torch's Gloo loop spins on the core of the thread
-    // it waits for (1.2–3.8 ms at 4 to 6 of the 9 sizes from 4 B to 256 KiB
-    // on 2026-11-28, 0.1–0.4 ms unbound), which is not how torchrun runs it.
+    // it waits for (1.2–3.8 ms at 5 or 6 of the 9 sizes from 4 B to 256 KiB
+    // in 2 runs on 2026-11-28; unbound mostly 0.2–0.5 ms), which is not how
+    // torchrun runs it.
     // ringside's shared-memory transport and Gloo backend bind their own
     // ranks (`collectives::sys::affinity`).
     cmd.args(["--oversubscribe", "--bind-to", "none", "-np", "2", "-x"])
