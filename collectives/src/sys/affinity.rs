@@ -18,8 +18,8 @@
 //! where every hand-off waited for a scheduler tick: 4 ms per all_reduce
 //! instead of 0.3 ms (Gloo's loop spinning on a lock held by a thread on its
 //! core, which `backends::gloo::loop_yield` has since mended). So each rank
-//! gets an equal, disjoint share of the allowed CPUs, and whoever bound
-//! restores the previous mask when it goes.
+//! gets an equal, disjoint share of the allowed CPUs, and the previous mask
+//! comes back when the binding is dropped.
 //!
 //! Who binds: the shared-memory transport, and the Gloo backend once its loop
 //! is mended (its module docs have the measurements), each through
@@ -65,7 +65,7 @@ pub(crate) fn bind_to(cpus: &[usize]) -> io::Result<()> {
     Ok(())
 }
 
-/// A binding in force, to be undone on the thread that made it.
+/// A binding in force, undone when dropped on the thread that made it.
 #[derive(Debug)]
 pub(crate) struct Binding {
     previous: Vec<usize>,
@@ -82,11 +82,13 @@ impl Binding {
             tid: this_thread(),
         })
     }
+}
 
-    /// Restores the mask from before, if called on the thread that was
-    /// bound (a transport moved to another thread and dropped there leaves
+impl Drop for Binding {
+    /// Restores the mask from before, if dropped on the thread that was
+    /// bound (a communicator moved to another thread and dropped there leaves
     /// that thread alone). Best effort: there is nobody to tell of a failure.
-    pub(crate) fn restore(self) {
+    fn drop(&mut self) {
         if this_thread() == self.tid {
             let _ = bind_to(&self.previous);
         }
@@ -152,7 +154,7 @@ mod tests {
     }
 
     #[test]
-    fn a_binding_holds_until_restored_and_threads_started_meanwhile_inherit_it() {
+    fn a_binding_holds_until_dropped_and_threads_started_meanwhile_inherit_it() {
         std::thread::spawn(|| {
             let allowed = allowed_cpus().unwrap();
             let cpu = *allowed.last().unwrap();
@@ -164,7 +166,7 @@ mod tests {
                 .join()
                 .unwrap();
             assert_eq!(child, vec![cpu]);
-            b.restore();
+            drop(b);
             assert_eq!(allowed_cpus().unwrap(), allowed);
         })
         .join()

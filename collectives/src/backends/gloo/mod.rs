@@ -448,16 +448,9 @@ pub struct GlooComm {
     inner: Mutex<Inner>,
     /// Where Gloo calls on 1 MiB and more run (`worker.rs` says why).
     worker: worker::Worker,
-    /// The rank's CPU binding, undone when the communicator goes.
+    /// The rank's CPU binding, undone when the communicator goes (dropped
+    /// after the worker and Gloo's context, whose threads it covered).
     binding: Option<affinity::Binding>,
-}
-
-impl Drop for GlooComm {
-    fn drop(&mut self) {
-        if let Some(b) = self.binding.take() {
-            b.restore();
-        }
-    }
 }
 
 struct Inner {
@@ -537,16 +530,9 @@ impl GlooComm {
         .map_err(|e| {
             let stored = kv.first_error.lock().ok().and_then(|mut s| s.take());
             stored.unwrap_or_else(|| gloo_error(&e, opts.timeout))
-        });
-        let (comm, worker) = match comm.and_then(|c| Ok((c, worker::Worker::start()?))) {
-            Ok(both) => both,
-            Err(e) => {
-                if let Some(b) = binding {
-                    b.restore();
-                }
-                return Err(e);
-            }
-        };
+        })?;
+        // (An error above drops `binding`, which undoes it.)
+        let worker = worker::Worker::start()?;
         Ok(GlooComm {
             binding,
             worker,

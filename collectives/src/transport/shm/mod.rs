@@ -132,14 +132,6 @@ pub struct ShmTransport {
     watch: Option<std::sync::Arc<dyn WaitWatch>>,
 }
 
-impl Drop for ShmTransport {
-    fn drop(&mut self) {
-        if let Some(b) = self.binding.take() {
-            b.restore();
-        }
-    }
-}
-
 impl fmt::Debug for ShmTransport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ShmTransport")
