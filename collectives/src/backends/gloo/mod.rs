@@ -450,7 +450,7 @@ pub struct GlooComm {
     worker: worker::Worker,
     /// The rank's CPU binding, undone when the communicator goes (dropped
     /// after the worker and Gloo's context, whose threads it covered).
-    binding: Option<affinity::Binding>,
+    _binding: Option<affinity::Binding>,
 }
 
 struct Inner {
@@ -534,7 +534,7 @@ impl GlooComm {
         // (An error above drops `binding`, which undoes it.)
         let worker = worker::Worker::start()?;
         Ok(GlooComm {
-            binding,
+            _binding: binding,
             worker,
             rank,
             world,

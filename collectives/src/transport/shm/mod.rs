@@ -127,7 +127,7 @@ pub struct ShmTransport {
     /// Between processes in `auto` mode: ring or single copy, per size.
     routes: route::Routes,
     /// This rank's CPU binding, undone when the transport goes.
-    binding: Option<crate::sys::affinity::Binding>,
+    _binding: Option<crate::sys::affinity::Binding>,
     /// Hears of stalled waits (the flight recorder).
     watch: Option<std::sync::Arc<dyn WaitWatch>>,
 }
@@ -294,7 +294,7 @@ impl ShmTransport {
             bounce: Vec::new(),
             mode,
             routes: route::Routes::default(),
-            binding,
+            _binding: binding,
             watch: None,
         };
         t.probe_peers(mode);
