@@ -22,8 +22,8 @@
 //! comes back when the binding is dropped.
 //!
 //! Who binds: the shared-memory transport, and the Gloo backend once its loop
-//! is mended (its module docs have the measurements), each through
-//! [`bind_local_rank`].
+//! is mended and where its ranks share a scheduling group (its module docs,
+//! "Placement", have the measurements), each through [`bind_local_rank`].
 
 use std::io;
 

@@ -6,13 +6,16 @@
 //! these two slices, wait until this socket is readable, connect before the
 //! deadline), this module says how.
 //!
-//! - [`affinity`]: binding a rank's thread to one CPU (the shared-memory transport).
+//! - [`affinity`]: binding a rank's thread to a share of the CPUs (the
+//!   shared-memory transport, the Gloo backend).
+//! - [`autogroup`]: whether this process is a scheduling group of its own.
 //! - [`futex`]: the shared-memory transport's doorbell.
 //! - [`socket`]: non-blocking vectored `sendmsg`/`recvmsg` for the TCP transport.
 //! - [`dial`]: "connect, retrying until the deadline", for the TCP transport's
 //!   mesh and the store client alike.
 
 pub(crate) mod affinity;
+pub(crate) mod autogroup;
 pub(crate) mod dial;
 pub(crate) mod futex;
 pub(crate) mod socket;
