@@ -132,11 +132,12 @@
 //! in 6 alternating runs each of `bench --backend gloo --peer torch --repeat 3
 //! -b 4 -e 64M -f 4 --load 2` under the own launcher (2026-11-28, 03:44–03:55
 //! UTC) the worst ratio to torch's gloo was 1.24–1.64 bound (over 1.0 at 4, 16
-//! or 64 MiB in 6 of 6 runs) and 0.84–1.36 unbound (over 1.0 in 2 of 6, both at
-//! 16 MiB); idle, 0.72 and 0.72 against 0.76 and 0.77 (2 runs each).
+//! or 64 MiB in 6 of 6 runs) and 0.84–1.36 unbound (over 1.0 in 3 of 6: 1.34
+//! and 1.36 at 16 MiB, 1.0005 at 64 MiB); idle, 0.72 and 0.72 against 0.76 and
+//! 0.77 (2 runs each).
 //!
 //! Why bound ranks in one group do so much better under load (worst ratio
-//! 0.64–0.76 in 5 of 5 such runs that day: 2 under `mpirun --bind-to none`, 3
+//! 0.64–0.76 in 7 of 7 such runs that day: 2 under `mpirun --bind-to none`, 5
 //! under the own launcher with the whole job moved into one session for the
 //! test; 0.84 and 1.16 unbound): they take the cores. Over 6 s of a 16 MiB
 //! phase the two ranks used 1.84–1.87 of the 2 cores and the two busy loops

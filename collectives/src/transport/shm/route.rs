@@ -77,7 +77,7 @@ pub(super) const SAMPLES: usize = 4;
 
 /// A path still getting faster after [`SAMPLES`] calls is timed on more, up
 /// to this many in all (see [`Learnt::due`]).
-const MAX_SAMPLES: usize = 8;
+pub(super) const MAX_SAMPLES: usize = 8;
 
 /// How far behind the best sample of the other paths a path still warming up
 /// may be and still get more samples.
