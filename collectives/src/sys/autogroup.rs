@@ -25,8 +25,7 @@ pub(crate) fn own_group() -> bool {
 }
 
 /// Whether this process leads its session (`setsid` made it). The Gloo
-/// backend's tests check both answers, in a child `setsid` started and in the
-/// test process itself.
+/// backend's tests check it in a child that `launch::supervised` started.
 pub(crate) fn leads_session() -> bool {
     // SAFETY: getsid(0) and getpid() have no preconditions.
     unsafe { libc::getsid(0) == libc::getpid() }
