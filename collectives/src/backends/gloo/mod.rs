@@ -123,7 +123,7 @@
 //! (`sys::affinity`, the rule the shared-memory transport follows;
 //! `RINGSIDE_BIND=none` opts out). Only with [`loop_yield`] in place: Gloo's
 //! loop as shipped spins on a core it shares with the thread it waits for.
-//! A rank that is a scheduling group of its own ([`crate::sys::autogroup`]:
+//! A rank that is a scheduling group of its own (`sys::autogroup`:
 //! torchrun's ranks and ringside's launcher's, each in a session of its own)
 //! stays unbound. There the kernel gives each rank a fair share beside every
 //! other program, and a bound rank can spend it on its own core only: beside
