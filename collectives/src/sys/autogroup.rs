@@ -24,9 +24,62 @@ pub(crate) fn own_group() -> bool {
     enabled && leads_session()
 }
 
-/// Whether this process leads its session (`setsid` made it). The Gloo
-/// backend's tests check it in a child that `launch::supervised` started.
-pub(crate) fn leads_session() -> bool {
+/// Whether this process leads its session (`setsid` made it).
+fn leads_session() -> bool {
     // SAFETY: getsid(0) and getpid() have no preconditions.
     unsafe { libc::getsid(0) == libc::getpid() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHILD: &str = "RINGSIDE_AUTOGROUP_TEST_CHILD";
+
+    fn autogroup_enabled() -> bool {
+        std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled")
+            .is_ok_and(|s| s.trim() == "1")
+    }
+
+    /// A rank the launcher started (in a session of its own,
+    /// `launch::supervised`) knows it is a group of its own where autogroup
+    /// is on; this test process, which cargo started inside its session, is
+    /// not. Runs [`session_leader_child`] in such a child.
+    #[test]
+    fn a_process_the_launcher_started_is_a_group_of_its_own() {
+        if leads_session() {
+            return eprintln!("skipped: this test process leads a session of its own");
+        }
+        assert!(!own_group());
+        let name = "sys::autogroup::tests::session_leader_child";
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            name,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1");
+        crate::launch::supervised(&mut cmd);
+        let out = cmd.output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "the child failed:\n{text}");
+        // A renamed test would match nothing and "pass".
+        assert!(text.contains("1 passed"), "the child ran no test:\n{text}");
+    }
+
+    #[test]
+    #[ignore = "run in a session of its own by a_process_the_launcher_started_is_a_group_of_its_own"]
+    fn session_leader_child() {
+        if std::env::var_os(CHILD).is_none() {
+            return eprintln!("skipped: only meaningful as the child of its parent test");
+        }
+        assert!(leads_session(), "setsid did not make a session");
+        assert_eq!(own_group(), autogroup_enabled());
+    }
 }

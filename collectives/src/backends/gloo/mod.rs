@@ -540,12 +540,8 @@ impl GlooComm {
         // with Gloo's loop as shipped, which spins on a core it shares with
         // the thread it waits for, nor in a rank that is a scheduling group of
         // its own, which bound could use its fair share on one core only.
-        let binding = match (opts.local_rank, opts.per_node) {
-            (Some(local), Some(on_host)) if yielding && !autogroup::own_group() => {
-                affinity::bind_local_rank(local, on_host)
-            }
-            _ => None,
-        };
+        let binding = place_to_bind(opts, yielding, autogroup::own_group())
+            .and_then(|(local, on_host)| affinity::bind_local_rank(local, on_host));
         // On the rank's own thread, so that Gloo's event-loop threads keep the
         // rank's priority, as in PyTorch: see "Gloo's threads" above for what
         // running them nicer cost.
@@ -1012,6 +1008,18 @@ impl<F> AssertSend<F> {
     }
 }
 
+/// The rank's place on its host (local rank, ranks on the host) when its
+/// Gloo threads should be bound there ("Placement" in the module docs): the
+/// place is known, Gloo's loop yields instead of spinning (`yielding`), and the
+/// rank shares its scheduling group with the job's other ranks (`own_group`
+/// false).
+fn place_to_bind(opts: &Options, yielding: bool, own_group: bool) -> Option<(usize, usize)> {
+    match (opts.local_rank, opts.per_node) {
+        (Some(local), Some(on_host)) if yielding && !own_group => Some((local, on_host)),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1109,58 +1117,25 @@ mod tests {
         assert!(unbound.into_inner().unwrap().iter().all(|m| *m == before));
     }
 
-    const SESSION_CHILD: &str = "RINGSIDE_GLOO_TEST_SESSION_CHILD";
-
     /// A rank that leads a session of its own, as torchrun's and ringside's
     /// launcher's ranks do, is a scheduling group of its own and stays where
     /// it was: bound, it measured 1.24–1.64× torch's gloo at 4–64 MiB beside
-    /// two busy loops, unbound 0.84–1.36 ("Placement"). Runs
-    /// [`session_leader_child`] in a child that `launch::supervised` put in a
-    /// session of its own.
+    /// two busy loops, unbound 0.84–1.36 ("Placement"). (`sys::autogroup`'s
+    /// test checks that such a rank knows it.)
     #[test]
     fn a_rank_in_a_session_of_its_own_stays_unbound() {
-        if let Err(why) = binding_possible() {
-            return eprintln!("skipped: {why}");
-        }
-        let name = "backends::gloo::tests::session_leader_child";
-        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-        cmd.args([
-            name,
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(SESSION_CHILD, "1");
-        crate::launch::supervised(&mut cmd);
-        let out = cmd.output().unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        let mut opts = Options::new([0; 16]).unwrap();
+        opts.local_rank = Some(1);
+        opts.per_node = Some(2);
+        assert_eq!(place_to_bind(&opts, true, false), Some((1, 2)));
+        assert_eq!(place_to_bind(&opts, true, true), None, "own group");
+        assert_eq!(
+            place_to_bind(&opts, false, false),
+            None,
+            "Gloo's loop spins"
         );
-        assert!(out.status.success(), "the child failed:\n{text}");
-        // A renamed test would match nothing and "pass".
-        assert!(text.contains("1 passed"), "the child ran no test:\n{text}");
-    }
-
-    #[test]
-    #[ignore = "run in a session of its own by a_rank_in_a_session_of_its_own_stays_unbound"]
-    fn session_leader_child() {
-        if std::env::var_os(SESSION_CHILD).is_none() {
-            return eprintln!("skipped: only meaningful as the child of its parent test");
-        }
-        assert!(autogroup::leads_session(), "setsid did not make a session");
-        let enabled = std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled")
-            .is_ok_and(|s| s.trim() == "1");
-        assert_eq!(autogroup::own_group(), enabled);
-        let before = affinity::allowed_cpus().unwrap();
-        for (r, (during, after)) in masks_while_connected().into_iter().enumerate() {
-            if enabled {
-                assert_eq!(during, before, "rank {r} was bound in its own group");
-            }
-            assert_eq!(after, before, "rank {r}'s mask after the communicator");
-        }
+        opts.per_node = None;
+        assert_eq!(place_to_bind(&opts, true, false), None, "unknown place");
     }
 
     #[test]
