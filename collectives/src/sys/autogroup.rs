@@ -19,9 +19,13 @@
 /// Whether autogroup scheduling is on and this process leads its own session,
 /// so that the scheduler shares the CPUs with it as with a program of its own.
 pub(crate) fn own_group() -> bool {
-    let enabled = std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled")
-        .is_ok_and(|s| s.trim() == "1");
-    enabled && leads_session()
+    enabled() && leads_session()
+}
+
+/// Whether autogroup scheduling is on.
+fn enabled() -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled")
+        .is_ok_and(|s| s.trim() == "1")
 }
 
 /// Whether this process leads its session (`setsid` made it).
@@ -35,11 +39,6 @@ mod tests {
     use super::*;
 
     const CHILD: &str = "RINGSIDE_AUTOGROUP_TEST_CHILD";
-
-    fn autogroup_enabled() -> bool {
-        std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled")
-            .is_ok_and(|s| s.trim() == "1")
-    }
 
     /// A rank the launcher started (in a session of its own,
     /// `launch::supervised`) knows it is a group of its own where autogroup
@@ -80,6 +79,6 @@ mod tests {
             return eprintln!("skipped: only meaningful as the child of its parent test");
         }
         assert!(leads_session(), "setsid did not make a session");
-        assert_eq!(own_group(), autogroup_enabled());
+        assert_eq!(own_group(), enabled());
     }
 }
