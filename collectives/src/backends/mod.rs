@@ -80,7 +80,8 @@ pub struct Options {
     /// This rank's place among the ranks on its host (the launcher's
     /// `LOCAL_RANK`), set with `per_node` by [`crate::job::options`]: the Gloo
     /// backend binds each local rank to its share of the CPUs
-    /// (`sys::affinity`). `None`: unknown, and Gloo does not bind.
+    /// (`sys::affinity`) where the host's ranks share a scheduling group (its
+    /// module docs, "Placement"). `None`: unknown, and Gloo does not bind.
     pub local_rank: Option<usize>,
 }
 
