@@ -15,6 +15,8 @@
 //!   mesh and the store client alike.
 
 pub(crate) mod affinity;
+// Asked only by the Gloo backend's placement.
+#[cfg(feature = "gloo")]
 pub(crate) mod autogroup;
 pub(crate) mod dial;
 pub(crate) mod futex;
