@@ -5,8 +5,9 @@
 //! one core per rank: each rank must at least read the peer's half and its own
 //! half and write the whole result. `memcpy` of S bytes in time t, as S/t, is
 //! therefore the yardstick that `peers` holds the shared-memory busbw against
-//! (busbw = algbw at world 2). It is measured after the implementations, with
-//! the same iteration count, so both see the machine in the same state.
+//! (busbw = algbw at world 2). The share `peers` judges pairs each
+//! ringside-shm run with a bound measured right after it ([`Paired`]), so
+//! both sides see the machine in the same phase.
 //!
 //! Two ways, because they differ where memory bandwidth is shared:
 //! - **alone**: one core copies while the others idle;
@@ -69,6 +70,44 @@ impl Bound {
     pub fn gbps(&self) -> f64 {
         2.0 / (1.0 / self.copy.gbps() + 1.0 / self.add.gbps())
     }
+}
+
+/// ringside-shm's busbw at one size in one run, beside the side-by-side
+/// bound measured right after that run: both taken in the same phase of the
+/// machine.
+///
+/// Why pairs: this VM's memory moved 4.5–9.0 GB/s between runs of one day,
+/// and from one minute to the next. Measured once at the end of a run that
+/// alternated five implementations three times (2026-11-28, 01:10 UTC), the
+/// bound read 5.93 GB/s while focused runs beside it read 5.03–5.30; against
+/// it, the median run's busbw was 69 % of the bound, against 80–93 % in those
+/// focused runs. A share is only sound with both sides from one moment.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Paired {
+    /// Which run (from 1).
+    pub run: u32,
+    /// ringside-shm's busbw in that run (its median iteration), GB/s.
+    pub busbw: f64,
+    /// The side-by-side bound measured right after that run.
+    pub bound: Bound,
+    /// Whether the bound failed its monotone check ([`not_monotone`]
+    /// against the size below): then it is shown but not judged.
+    pub doubtful: bool,
+}
+
+impl Paired {
+    /// The busbw as a share of the bound.
+    pub fn share(&self) -> f64 {
+        self.busbw / self.bound.gbps()
+    }
+}
+
+/// The pair a verdict rests on: of the pairs whose bound is sound, the one
+/// with the median share (the lower middle one of an even count, as
+/// [`measure::median_run`] picks runs); `None` if no pair is sound.
+pub fn judged(pairs: &[Paired]) -> Option<&Paired> {
+    let sound: Vec<&Paired> = pairs.iter().filter(|p| !p.doubtful).collect();
+    measure::median_run(&sound, |p| p.share()).copied()
 }
 
 /// Best of `iters` passes of `pass` after `warmup` untimed ones (which also
@@ -247,6 +286,43 @@ mod tests {
                 assert!(r.best_us > 0.0 && r.gbps().is_finite(), "{ranks}: {r:?}");
             }
         }
+    }
+
+    fn pair(run: u32, busbw: f64, bound_gbps: f64, doubtful: bool) -> Paired {
+        // Copy and add at the same rate: the harmonic mean is that rate.
+        let rate = CopyRate {
+            bytes: 1_000_000_000,
+            best_us: 1e6 / bound_gbps,
+        };
+        Paired {
+            run,
+            busbw,
+            bound: Bound {
+                copy: rate,
+                add: rate,
+            },
+            doubtful,
+        }
+    }
+
+    #[test]
+    fn the_judged_pair_has_the_median_share_of_the_sound_ones() {
+        // Shares 0.5, 0.9 (doubtful), 0.8, 0.7: of the sound 0.5, 0.7 and
+        // 0.8 the median is run 4's 0.7, whatever the doubtful one says.
+        let pairs = [
+            pair(1, 2.5, 5.0, false),
+            pair(2, 4.5, 5.0, true),
+            pair(3, 4.0, 5.0, false),
+            pair(4, 3.5, 5.0, false),
+        ];
+        let j = judged(&pairs).unwrap();
+        assert_eq!(j.run, 4);
+        assert!((j.share() - 0.7).abs() < 1e-9, "{}", j.share());
+        // An even count takes the lower middle one: never a share above
+        // what half the runs reached.
+        assert_eq!(judged(&pairs[..2]).unwrap().run, 1);
+        assert_eq!(judged(&[pair(1, 1.0, 2.0, true)]), None);
+        assert_eq!(judged(&[]), None);
     }
 
     /// The issue's own numbers: memcpy 10.23 GB/s and `y += x` 5.91 GB/s

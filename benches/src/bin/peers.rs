@@ -178,6 +178,10 @@ fn real_main() -> Result<ExitCode> {
     let mut results = Results::new();
     let mut problems: Vec<String> = Vec::new();
     let mut skipped: Vec<String> = Vec::new();
+    // The copy bound at the judged size, measured right after each
+    // ringside-shm run (`memcpy::Paired` has why).
+    let pairing = args.world == 2 && sizes.contains(&memcpy::JUDGED_AT);
+    let mut paired: Vec<memcpy::Paired> = Vec::new();
     // Run 1 uses the plans made above; later runs make them again (a
     // command runs once).
     let mut next = Some(plans);
@@ -217,6 +221,11 @@ fn real_main() -> Result<ExitCode> {
             // The FileStore directory must outlive the run; drop it now.
             drop(store_dir);
 
+            let judged_busbw = out
+                .records
+                .iter()
+                .find(|r| r.bytes == memcpy::JUDGED_AT)
+                .map(|r| r.computed_busbw());
             let mut seen = BTreeSet::new();
             for rec in out.records {
                 for p in rec.inconsistencies() {
@@ -265,6 +274,25 @@ fn real_main() -> Result<ExitCode> {
                     out.elapsed.as_secs_f64()
                 )
             });
+            if imp == Impl::RingsideShm
+                && pairing
+                && out.failure.is_none()
+                && let Some(busbw) = judged_busbw
+            {
+                bar.set_message(format!("copy bound after ringside-shm{of}"));
+                let (iters, warmup) = bound_passes(&args);
+                // The size below as well, for the monotone check.
+                let at = [memcpy::JUDGED_AT / 2, memcpy::JUDGED_AT];
+                let (bound, doubtful) = measured_bounds(&at, |b| {
+                    memcpy::bound_side_by_side(b, iters, warmup, args.world)
+                })[1];
+                paired.push(memcpy::Paired {
+                    run,
+                    busbw,
+                    bound,
+                    doubtful,
+                });
+            }
         }
     }
     bar.finish_and_clear();
@@ -318,7 +346,7 @@ fn real_main() -> Result<ExitCode> {
             }
         }
     }
-    let copy_bound = copy_bound(&results, &impls, &sizes, &args);
+    let copy_bound = copy_bound(&results, &impls, &sizes, &args, &paired);
     if compared || copy_bound.is_some() {
         let (pass, miss) = match copy_bound {
             Some(true) => (1, 0),
@@ -367,14 +395,32 @@ fn real_main() -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Measures the single-copy bound ([`memcpy::Bound`]: memcpy and `y += x` of
-/// the same bytes) at every size of 1 MiB or more that ringside-shm ran at
-/// world 2, one core alone and two side by side, prints the rates, both
-/// bounds and ringside-shm's busbw beside them, and judges the share of the
-/// side-by-side bound at [`memcpy::JUDGED_AT`] (both ranks of the all_reduce
-/// copy at once; see `memcpy.rs`): `Some(met)`, or `None` where it does not
-/// apply or the reference is doubtful.
-fn copy_bound(results: &Results, impls: &[Impl], sizes: &[u64], args: &Args) -> Option<bool> {
+/// Best of how many passes after how many warm ones a bound is measured:
+/// at least 20 after 3, the machine's capability, which a slow phase of a
+/// shared machine can only hide, never inflate.
+fn bound_passes(args: &Args) -> (u32, u32) {
+    let iters = u32::try_from(args.sizes.iters).unwrap_or(u32::MAX).max(20);
+    (iters, 3)
+}
+
+/// The single-copy bound ([`memcpy::Bound`]: memcpy and `y += x` of the same
+/// bytes) and ringside-shm's busbw as a share of it, at world 2.
+///
+/// Judged at [`memcpy::JUDGED_AT`] on `paired`: the bound with both ranks'
+/// cores copying at once (as the all_reduce's ranks do; see `memcpy.rs`),
+/// measured right after each ringside-shm run and set against that run's
+/// busbw; the verdict is the median share ([`memcpy::judged`]). For
+/// information, every size of 1 MiB or more that ringside-shm ran is then
+/// measured once more, one core alone and two at once, beside the busbw of
+/// the median run. `Some(met)`, or `None` where it does not apply or no
+/// sound pair was measured.
+fn copy_bound(
+    results: &Results,
+    impls: &[Impl],
+    sizes: &[u64],
+    args: &Args,
+    paired: &[memcpy::Paired],
+) -> Option<bool> {
     // At world 2 busbw is what one rank moves; other worlds have no such
     // simple bound.
     if args.world != 2 || !impls.contains(&Impl::RingsideShm) {
@@ -384,10 +430,7 @@ fn copy_bound(results: &Results, impls: &[Impl], sizes: &[u64], args: &Args) -> 
     if big.is_empty() {
         return None;
     }
-    // Best of at least 20 passes after 3 warm ones: the machine's capability,
-    // which a slow phase of a shared machine can only hide, never inflate.
-    let iters = u32::try_from(args.sizes.iters).unwrap_or(u32::MAX).max(20);
-    let warmup = 3;
+    let (iters, warmup) = bound_passes(args);
     let alone = measured_bounds(&big, |b| memcpy::bound(b, iters, warmup));
     let together = measured_bounds(&big, |b| {
         memcpy::bound_side_by_side(b, iters, warmup, args.world)
@@ -395,10 +438,10 @@ fn copy_bound(results: &Results, impls: &[Impl], sizes: &[u64], args: &Args) -> 
     println!();
     println!(
         "copy bound (world 2): memcpy and y += x (f32) of the same bytes, best of {iters} after \
-         {warmup} warm passes, measured now, by one core alone and by 2 at once (each pass \
-         counted at the slower); bound = 2 / (1/memcpy + 1/add): each rank folds in half and \
-         copies half; the target is judged on 2 at once, as the ranks run"
+         {warmup} warm passes, by one core alone and by 2 at once (each pass counted at the \
+         slower); bound = 2 / (1/memcpy + 1/add): each rank folds in half and copies half"
     );
+    println!("every size, measured now (for information; busbw of the median run):");
     println!(
         "{:>10} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>10} {:>7} {:>7}",
         "size",
@@ -412,26 +455,20 @@ fn copy_bound(results: &Results, impls: &[Impl], sizes: &[u64], args: &Args) -> 
         "share 1",
         "share 2"
     );
-    let mut judged = None;
     for ((a, doubtful_a), (t, doubtful_t)) in alone.iter().zip(&together) {
         let bytes = a.copy.bytes;
         let busbw = results
             .get(Impl::RingsideShm, bytes)
             .map(|r| r.computed_busbw());
         let share = |b: &memcpy::Bound| busbw.map(|x| x / b.gbps());
-        let mut verdict = "";
-        if *doubtful_a || *doubtful_t {
-            verdict = " (reference doubtful: not monotone in size)";
-        } else if bytes == memcpy::JUDGED_AT
-            && let Some(s) = share(t)
-        {
-            let met = s >= memcpy::TARGET_SHARE;
-            verdict = if met { " ok" } else { " MISS" };
-            judged = Some(met);
-        }
+        let doubtful = if *doubtful_a || *doubtful_t {
+            " (reference doubtful: not monotone in size)"
+        } else {
+            ""
+        };
         let fmt = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.2}"));
         println!(
-            "{:>10} {:>11.2} {:>11.2} {:>11.2} {:>11.2} {:>11.2} {:>11.2} {:>10} {:>7} {:>7}{verdict}",
+            "{:>10} {:>11.2} {:>11.2} {:>11.2} {:>11.2} {:>11.2} {:>11.2} {:>10} {:>7} {:>7}{doubtful}",
             format_size(bytes),
             a.copy.gbps(),
             a.add.gbps(),
@@ -444,13 +481,59 @@ fn copy_bound(results: &Results, impls: &[Impl], sizes: &[u64], args: &Args) -> 
             fmt(share(t)),
         );
     }
+    if paired.is_empty() {
+        println!(
+            "not judged: no ringside-shm run measured {} (the share is judged on a bound \
+             measured right after the run)",
+            format_size(memcpy::JUDGED_AT)
+        );
+        return None;
+    }
     println!(
-        "target: ringside-shm busbw >= {:.0}% of the single-copy bound (2 cores at once) at {}, \
-         world 2",
+        "judged at {}: 2 at once, measured right after each ringside-shm run, beside that \
+         run's busbw:",
+        format_size(memcpy::JUDGED_AT)
+    );
+    println!(
+        "{:>10} {:>11} {:>11} {:>11} {:>10} {:>7}",
+        "run", "memcpy 2", "add 2", "bound 2", "shm busbw", "share 2"
+    );
+    let judged = memcpy::judged(paired);
+    for p in paired {
+        let mark = if p.doubtful {
+            " (reference doubtful: not monotone in size; not judged)"
+        } else if judged.is_some_and(|j| j.run == p.run) {
+            " (median)"
+        } else {
+            ""
+        };
+        println!(
+            "{:>10} {:>11.2} {:>11.2} {:>11.2} {:>10.2} {:>7.2}{mark}",
+            p.run,
+            p.bound.copy.gbps(),
+            p.bound.add.gbps(),
+            p.bound.gbps(),
+            p.busbw,
+            p.share()
+        );
+    }
+    let target = format!(
+        "target: ringside-shm busbw >= {:.0}% of the single-copy bound (2 cores at once, \
+         measured right after the run) at {}, world 2, median over runs",
         memcpy::TARGET_SHARE * 100.0,
         format_size(memcpy::JUDGED_AT)
     );
-    judged
+    let Some(j) = judged else {
+        println!("{target}: not judged, every reference doubtful");
+        return None;
+    };
+    let met = j.share() >= memcpy::TARGET_SHARE;
+    println!(
+        "{target}: {:.0}% {}",
+        j.share() * 100.0,
+        if met { "ok" } else { "MISS" }
+    );
+    Some(met)
 }
 
 /// `measure(size)` at every size, ascending; a bigger buffer measured faster
