@@ -9,6 +9,9 @@
 //! Gloo's event-loop threads keep the rank's priority, as in PyTorch (see
 //! "Gloo's threads" below). Calls on buffers of 1 MiB and more run on a worker thread while the caller
 //! waits, as in PyTorch's `ProcessGroupGloo` (`worker.rs`).
+//! Gloo's sockets and its loop's epoll descriptor are opened close-on-exec
+//! (`close_on_exec.rs`: Gloo opens them inheritable), so a program a rank
+//! starts does not hold its connections open after it.
 //! Gloo's context timeout is `opts.timeout`; Gloo's "timed out" errors become
 //! [`Error::Timeout`], every other C++ exception an [`Error::Protocol`] — none
 //! escapes as an abort. After any error the communicator refuses further calls.
@@ -194,6 +197,8 @@
 //! more than `i32::MAX` elements on a classic algorithm (they count in
 //! `int`).
 
+mod close_on_exec;
+mod got;
 pub mod loop_yield;
 pub mod preload;
 mod worker;
@@ -535,6 +540,10 @@ impl GlooComm {
         // as shipped, spin and all (`loop_yield` says when), which is no
         // reason to refuse the job.
         let yielding = loop_yield::install().is_ok();
+        // Before Gloo opens a descriptor, so that none of them outlives the
+        // rank in a program it starts (`close_on_exec`). Where it cannot be
+        // done they stay inheritable, as Gloo ships them.
+        let _ = close_on_exec::install();
         // Also before they start, so that they inherit it: the rank's caller
         // and Gloo threads on the rank's own CPUs ("Placement" above). Not
         // with Gloo's loop as shipped, which spins on a core it shares with
