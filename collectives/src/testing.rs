@@ -47,3 +47,34 @@ pub fn proc_stat_field(path: &str, n: usize) -> Option<String> {
     let rest = &stat[stat.rfind(')')? + 2..];
     rest.split(' ').nth(n.checked_sub(3)?).map(str::to_owned)
 }
+
+/// Runs the ignored test `name` (its path in this test binary, as libtest
+/// prints it) again, alone, in a child process started as the launcher
+/// starts a rank ([`crate::launch::supervised`]: a session of its own), with
+/// `env=1` set so the test knows it is the child; panics with the child's
+/// output unless exactly that one test ran and passed.
+///
+/// For tests that need a process to themselves: no other test's threads or
+/// descriptors beside them, or a session of their own.
+pub fn run_alone_in_child(name: &str, env: &str) {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args([
+        name,
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(env, "1");
+    crate::launch::supervised(&mut cmd);
+    let out = cmd.output().expect("starting the test binary again");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the child failed:\n{text}");
+    // A renamed test would match nothing and "pass".
+    assert!(text.contains("1 passed"), "the child ran no test:\n{text}");
+}

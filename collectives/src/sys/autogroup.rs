@@ -50,26 +50,7 @@ mod tests {
             return eprintln!("skipped: this test process leads a session of its own");
         }
         assert!(!own_group());
-        let name = "sys::autogroup::tests::session_leader_child";
-        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-        cmd.args([
-            name,
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1");
-        crate::launch::supervised(&mut cmd);
-        let out = cmd.output().unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "the child failed:\n{text}");
-        // A renamed test would match nothing and "pass".
-        assert!(text.contains("1 passed"), "the child ran no test:\n{text}");
+        crate::testing::run_alone_in_child("sys::autogroup::tests::session_leader_child", CHILD);
     }
 
     #[test]

@@ -73,12 +73,8 @@ unsafe extern "C" fn epoll_create_hook(size: c_int) -> c_int {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backends::Options;
-    use crate::backends::gloo::GlooComm;
-    use crate::rendezvous::MemStore;
-    use crate::{Communicator, launch};
+    use crate::Communicator;
     use std::process::Command;
-    use std::time::Duration;
 
     const CHILD: &str = "RINGSIDE_CLOSE_ON_EXEC_TEST_CHILD";
 
@@ -89,26 +85,10 @@ mod tests {
     /// that no other test's descriptors are in it.
     #[test]
     fn a_program_a_rank_starts_inherits_none_of_its_gloo_descriptors() {
-        let name = "backends::gloo::close_on_exec::tests::program_started_by_a_rank_child";
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.args([
-            name,
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1");
-        launch::supervised(&mut cmd);
-        let out = cmd.output().unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        crate::testing::run_alone_in_child(
+            "backends::gloo::close_on_exec::tests::program_started_by_a_rank_child",
+            CHILD,
         );
-        assert!(out.status.success(), "the child failed:\n{text}");
-        // A renamed test would match nothing and "pass".
-        assert!(text.contains("1 passed"), "the child ran no test:\n{text}");
     }
 
     /// Two ranks connect; each starts `ls -l /proc/self/fd` (which lists the
@@ -119,27 +99,21 @@ mod tests {
         if std::env::var_os(CHILD).is_none() {
             return eprintln!("skipped: only meaningful as the child of its parent test");
         }
-        let store = MemStore::new(Duration::from_secs(20));
-        let listings: Vec<String> = std::thread::scope(|s| {
-            let ranks: Vec<_> = (0..2)
-                .map(|r| {
-                    let store = &store;
-                    s.spawn(move || {
-                        let mut opts = Options::new([0; 16]).unwrap();
-                        opts.timeout = Duration::from_secs(20);
-                        let c = GlooComm::connect(store, r, 2, &opts).unwrap();
-                        let out = Command::new("ls")
-                            .args(["-l", "/proc/self/fd"])
-                            .output()
-                            .unwrap();
-                        assert!(out.status.success());
-                        c.barrier().unwrap();
-                        String::from_utf8_lossy(&out.stdout).into_owned()
-                    })
-                })
-                .collect();
-            ranks.into_iter().map(|h| h.join().unwrap()).collect()
+        let listings = std::sync::Mutex::new(Vec::new());
+        super::super::tests::world(2, |c| {
+            let out = Command::new("ls")
+                .args(["-l", "/proc/self/fd"])
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+            listings
+                .lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&out.stdout).into_owned());
+            c.barrier().unwrap();
         });
+        let listings = listings.into_inner().unwrap();
+        assert_eq!(listings.len(), 2);
         for (r, l) in listings.iter().enumerate() {
             assert!(
                 !l.contains("socket:") && !l.contains("eventpoll"),

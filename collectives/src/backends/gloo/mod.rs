@@ -1034,7 +1034,9 @@ mod tests {
     use super::*;
     use crate::rendezvous::MemStore;
 
-    fn world(n: usize, f: impl Fn(&GlooComm) + Sync) {
+    /// `n` Gloo ranks on threads of this process, each running `f` on its
+    /// communicator.
+    pub(super) fn world(n: usize, f: impl Fn(&GlooComm) + Sync) {
         let store = MemStore::new(Duration::from_secs(20));
         let mut opts = Options::new([0; 16]).unwrap();
         opts.timeout = Duration::from_secs(20);
