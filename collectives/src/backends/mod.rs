@@ -150,7 +150,7 @@ pub fn connect(
 /// For binaries that also link libtorch, first thing in `main` (before
 /// threads or libtorch start): re-executes the program with Debian's libgloo
 /// preloaded, so the Gloo backend binds to it and not to libtorch's bundled
-/// copy (see [`gloo::preload`]). Does nothing when no re-exec is needed or
+/// copy (see `backends::gloo::preload`). Does nothing when no re-exec is needed or
 /// possible, or without the `gloo` feature.
 pub fn ensure_gloo_first() {
     #[cfg(feature = "gloo")]
