@@ -22,7 +22,7 @@ use crate::torch_peer::{self, PeerSweep, cuda_present};
 use collectives::job::{LoadArgs, SizeArgs, parse_size};
 use collectives::launch::Load;
 use measure::manifest;
-use measure::{Record, ResultsWriter, median_rounds};
+use measure::{Record, ResultsWriter, median_rounds, rounds_won};
 
 /// Flags follow nccl-tests where they overlap (`-b -e -f -i -n -w -c -o -d -r -a`).
 #[derive(Debug, Args)]
@@ -84,7 +84,9 @@ pub struct BenchArgs {
     /// from one sweep to the next (a small Gloo call took 45 µs in some runs
     /// and 130–215 in others beside the same two busy loops), so one sweep
     /// each compares two moments, not two libraries. The nccl-tests tables
-    /// show round 1; the side-by-side table and --json hold the median rounds.
+    /// show round 1; the side-by-side table and --json hold the median rounds,
+    /// and the table's `won` column says in how many rounds ours was faster
+    /// than the peer's round taken right after it.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: u32,
 }
@@ -517,9 +519,20 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             .into_iter()
             .cloned()
             .collect();
+        // Ours are matched by label too (a round holds every backend's
+        // records); the peer's by the case alone.
+        let won = |r: &Record| {
+            rounds_won(
+                &ours_rounds,
+                &peer_rounds,
+                |o| key(o) == key(r),
+                |p| p.collective == r.collective && p.bytes == r.bytes && p.in_place == r.in_place,
+                |x| x.median_us,
+            )
+        };
         print!(
             "{}",
-            side_by_side(&ours, &peer, &Load::describe(args.load.load), rounds)
+            side_by_side(&ours, &peer, &Load::describe(args.load.load), rounds, won)
         );
         if rounds > 1 {
             for r in &ours {
@@ -562,10 +575,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
 }
 
 /// One table per (our label, collective): each size's median time beside the
-/// peer's and their ratio (ours / peer: below 1 means ringside is faster).
+/// peer's and their ratio (ours / peer: below 1 means ringside is faster),
+/// and with more than one round, `won(record)`: in how many rounds ours was
+/// the faster ([`rounds_won`]).
 /// Sides are matched by form (in place or not); torch has only one form of
 /// several collectives, so only that form is compared there.
-fn side_by_side(ours: &[Record], peer: &[Record], load: &str, rounds: u32) -> String {
+fn side_by_side(
+    ours: &[Record],
+    peer: &[Record],
+    load: &str,
+    rounds: u32,
+    won: impl Fn(&Record) -> (usize, usize),
+) -> String {
     let mut out = String::new();
     let mut keys: Vec<(&str, String)> = Vec::new();
     for r in ours {
@@ -577,6 +598,8 @@ fn side_by_side(ours: &[Record], peer: &[Record], load: &str, rounds: u32) -> St
     for (label, collective) in keys {
         let mut rows = String::new();
         let mut ratios = Vec::new();
+        // Sizes where ours won more than half the rounds.
+        let mut most = 0;
         for r in ours
             .iter()
             .filter(|r| r.label == label && r.collective.key() == collective)
@@ -588,8 +611,15 @@ fn side_by_side(ours: &[Record], peer: &[Record], load: &str, rounds: u32) -> St
             };
             let ratio = r.median_us / p.median_us;
             ratios.push(ratio);
+            let won = match won(r) {
+                _ if rounds < 2 => String::new(),
+                (k, n) => {
+                    most += usize::from(2 * k > n);
+                    format!(" {:>7}", format!("{k}/{n}"))
+                }
+            };
             rows.push_str(&format!(
-                "{:>12} {:>9} {:>12.2} {:>12.2} {:>8.2}\n",
+                "{:>12} {:>9} {:>12.2} {:>12.2} {:>8.2}{won}\n",
                 r.bytes,
                 if r.in_place { "in-place" } else { "out" },
                 r.median_us,
@@ -609,13 +639,30 @@ fn side_by_side(ours: &[Record], peer: &[Record], load: &str, rounds: u32) -> St
         out.push_str(&format!(
             "#\n# {label} vs {peer_label} {collective}: median time per size{of_rounds}, ratio = {label} / {peer_label} (< 1: {label} faster)\n# {load}\n"
         ));
+        if rounds > 1 {
+            out.push_str(&format!(
+                "# won: in how many rounds {label} was faster than the {peer_label} round taken right after it\n"
+            ));
+        }
         out.push_str(&format!(
-            "#{:>11} {:>9} {:>12} {:>12} {:>8}\n",
-            "size (B)", "form", label, peer_label, "ratio"
+            "#{:>11} {:>9} {:>12} {:>12} {:>8}{}\n",
+            "size (B)",
+            "form",
+            label,
+            peer_label,
+            "ratio",
+            if rounds > 1 { "     won" } else { "" }
         ));
         out.push_str(&rows);
+        let most = match rounds {
+            1 => String::new(),
+            _ => format!(
+                "; {label} faster in most rounds at {most} of {} sizes",
+                ratios.len()
+            ),
+        };
         out.push_str(&format!(
-            "# worst ratio {worst:.2} over {} sizes\n",
+            "# worst ratio {worst:.2} over {} sizes{most}\n",
             ratios.len()
         ));
     }
@@ -685,6 +732,50 @@ mod tests {
         assert_eq!(c, vec![Collective::AllReduce, Collective::AllGather]);
         assert_eq!(parse_collectives(&["all".into()]).unwrap().len(), 9);
         assert!(parse_collectives(&["barrier".into()]).is_err());
+    }
+
+    fn rec(label: &str, bytes: u64, median_us: f64) -> Record {
+        let line = format!(
+            r#"{{"label":"{label}","backend":"gloo","algo":"default","peer":false,"collective":"all_reduce","world":2,"bytes":{bytes},"count":{},"dtype":"f32","op":"sum","root":-1,"in_place":true,"iters":10,"min_us":{median_us},"median_us":{median_us},"max_us":{median_us},"wrong":0}}"#,
+            bytes / 4
+        );
+        match measure::parse_line(&line) {
+            Ok(Some(r)) => r,
+            other => panic!("test record did not parse: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn side_by_side_shows_the_rounds_won_only_for_repeated_rounds() {
+        let ours = [rec("gloo", 16, 5.0), rec("gloo", 64, 12.0)];
+        let peer = [rec("torch-gloo", 16, 10.0), rec("torch-gloo", 64, 10.0)];
+        let won = |r: &Record| if r.bytes == 16 { (3, 3) } else { (1, 3) };
+        let table = side_by_side(&ours, &peer, "idle", 3, won);
+        let row = |size: &str| {
+            table
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(size))
+                .unwrap_or_else(|| panic!("no row for {size} in\n{table}"))
+                .to_string()
+        };
+        assert!(row("16").ends_with(" 0.50     3/3"), "{table}");
+        assert!(row("64").ends_with(" 1.20     1/3"), "{table}");
+        assert!(
+            table.contains("won: in how many rounds gloo was faster"),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "worst ratio 1.20 over 2 sizes; gloo faster in most rounds at 1 of 2 sizes\n"
+            ),
+            "{table}"
+        );
+        let header = table.lines().find(|l| l.contains("size (B)")).unwrap();
+        assert_eq!(header.len(), row("64").len(), "\n{header}\n{}", row("64"));
+        let once = side_by_side(&ours, &peer, "idle", 1, won);
+        assert!(!once.contains("won"), "{once}");
+        assert!(once.contains(" 1.20\n"), "{once}");
+        assert!(once.contains("worst ratio 1.20 over 2 sizes\n"), "{once}");
     }
 
     #[test]

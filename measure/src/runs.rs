@@ -42,9 +42,31 @@ pub fn median_rounds<T, K: PartialEq>(
         .collect()
 }
 
+/// In how many rounds ours was faster than the peer, of the rounds where
+/// both measured the item: `(won, of)`. Round i of ours is set against round
+/// i of the peer, taken right after it, so the two met nearly the same
+/// machine; a ratio of medians can hide that one side was faster in most of
+/// those pairings, or slower (a busy machine moves both sides' medians by
+/// more than the difference between them). `mine` and `theirs` pick the
+/// item in a round; a tie counts as no win.
+pub fn rounds_won<T>(
+    ours: &[Vec<T>],
+    peer: &[Vec<T>],
+    mine: impl Fn(&T) -> bool,
+    theirs: impl Fn(&T) -> bool,
+    time: impl Fn(&T) -> f64,
+) -> (usize, usize) {
+    ours.iter()
+        .zip(peer)
+        .filter_map(|(o, p)| Some((o.iter().find(|x| mine(x))?, p.iter().find(|x| theirs(x))?)))
+        .fold((0, 0), |(won, of), (o, p)| {
+            (won + usize::from(time(o) < time(p)), of + 1)
+        })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{median_rounds, median_run};
+    use super::{median_rounds, median_run, rounds_won};
 
     #[test]
     fn each_size_takes_its_own_median_round() {
@@ -70,5 +92,27 @@ mod tests {
         assert_eq!(median_run(&four, |r| r.1), Some(&(4, 2.0)));
         assert_eq!(median_run(&[(1, 9.0)], |r| r.1), Some(&(1, 9.0)));
         assert_eq!(median_run::<(i32, f64)>(&[], |r| r.1), None);
+    }
+
+    #[test]
+    fn rounds_won_sets_each_round_against_the_peer_round_after_it() {
+        // (size, time): ours fast in rounds 1 and 3, slow in round 2; the
+        // peer's round 3 lacks size 8, and a fourth round of ours has no peer.
+        let ours = vec![
+            vec![(4, 10.0), (8, 20.0)],
+            vec![(4, 30.0), (8, 20.0)],
+            vec![(4, 10.0), (8, 20.0)],
+            vec![(4, 1.0), (8, 1.0)],
+        ];
+        let peer = vec![
+            vec![(4, 12.0), (8, 20.0)],
+            vec![(4, 12.0), (8, 25.0)],
+            vec![(4, 12.0)],
+        ];
+        let won = |size: i32| rounds_won(&ours, &peer, |r| r.0 == size, |r| r.0 == size, |r| r.1);
+        assert_eq!(won(4), (2, 3));
+        // A tie (round 1) is no win; round 3 has no peer record for size 8.
+        assert_eq!(won(8), (1, 2));
+        assert_eq!(won(16), (0, 0));
     }
 }
