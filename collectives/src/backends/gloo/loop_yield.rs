@@ -48,6 +48,23 @@
 //! core away; 64 MiB 59, 65, 81 ms. Idle the sleeping loop was 5–14 % slower at
 //! 1–64 MiB (a sleeping loop's wake-up costs more than a yield on a free core).
 //!
+//! Large calls need the yield as much as small ones. 2026-11-28 (2-core Xeon
+//! VM, own launcher, `bench --backend gloo -b 16M -e 64M -f 4 -n 20 --load 2`,
+//! 10 runs each, with and without `RINGSIDE_GLOO_LOOP_YIELD=off` in turn,
+//! in-place medians of the runs): 16 MiB 14.3 ms yielding against 18.6 as
+//! shipped, 64 MiB 54 against 94. Counted with `perf stat` over whole runs,
+//! per rank and call at 16 MiB under that load: 452 yields and 491
+//! `epoll_wait` returns here, against torch's gloo's 2,707 `epoll_wait`
+//! returns (its loop spins as shipped); `recv` (107 against 119) and
+//! `writev` (51 each) alike. Tried the same day and not kept, same runs:
+//! - yielding at once or after 50 µs instead of 5 (8 runs each, in turn):
+//!   16 MiB 23.0 / 20.9 / 22.5 ms, 64 MiB 91 / 71 / 71 (0 / 5 / 50 µs; a
+//!   slower phase of the VM than the runs above);
+//! - keeping the rank's worker from holding the pair lock through a large
+//!   write (libgloo's `writev` over 64 KiB from any thread but the loop
+//!   answered `EAGAIN`, so Gloo hands the write to its loop): 16 MiB 13.9
+//!   against 13.4 ms, 64 MiB 64 against 52, and as many yields idle.
+//!
 //! `RINGSIDE_GLOO_LOOP_YIELD=off` leaves Gloo's loop as Debian ships it, for
 //! comparing. On architectures other than x86-64 and AArch64, or where libgloo
 //! cannot be found among the loaded objects, nothing is changed and Gloo runs

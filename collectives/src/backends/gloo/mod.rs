@@ -63,7 +63,10 @@
 //! slice for every rank thread (`sched_setattr`, 100 µs: slow states and
 //! stalls as often, 3 runs each way by median on 2026-11-27); later the same
 //! day, a short slice for the callers only, or the loop threads 5 nicer
-//! (6 runs each: stalled sizes in 5 of 6 runs either way, as without).
+//! (6 runs each: stalled sizes in 5 of 6 runs either way, as without); on
+//! 2026-11-28, 4 MiB initial TCP buffers (`tcp_rmem`/`tcp_wmem` defaults,
+//! 8 runs each in turn under `--load 2`: 16 MiB 14.8 against 12.1 ms, 64 MiB
+//! 55 against 68, no consistent effect).
 //!
 //! **The 4 ms calls were Gloo's event loop spinning** (found 2026-11-27, late):
 //! its handler only *tries* to take the pair's lock, and on a busy machine
