@@ -39,6 +39,11 @@ impl Results {
         median_run(self.records.get(&(imp, bytes))?, |r| r.median_us)
     }
 
+    /// Every run's record of `imp` at `bytes`, in the order the runs took them.
+    pub fn each_run(&self, imp: Impl, bytes: u64) -> &[Record] {
+        self.records.get(&(imp, bytes)).map_or(&[], Vec::as_slice)
+    }
+
     /// How many runs measured `imp` at `bytes`.
     pub fn runs(&self, imp: Impl, bytes: u64) -> usize {
         self.records.get(&(imp, bytes)).map_or(0, Vec::len)
@@ -242,6 +247,11 @@ pub struct Ratio {
     pub value: f64,
     /// Pass, miss or informational.
     pub verdict: Verdict,
+    /// For a judged cell of repeated runs: in how many of them the target
+    /// was met, run i of ours against run i of the library (taken in turn,
+    /// so on nearly the same machine). The verdict above judges the median
+    /// runs; this shows how far a busy machine moves it.
+    pub met_in: Option<(usize, usize)>,
 }
 
 /// The verdict over all targets of a run.
@@ -295,11 +305,21 @@ pub fn ratios(
                         summary.miss.push((target.name, bytes, value));
                         Verdict::Miss
                     };
+                    let pairs = results
+                        .each_run(target.ours, bytes)
+                        .iter()
+                        .zip(results.each_run(target.theirs, bytes));
+                    let met_in = (judged && pairs.len() > 1).then(|| {
+                        pairs.fold((0, 0), |(met, of), (o, t)| {
+                            (met + usize::from(target.passes(target.ratio(o, t))), of + 1)
+                        })
+                    });
                     cells.push(Ratio {
                         target,
                         bytes,
                         value,
                         verdict,
+                        met_in,
                     });
                 }
                 _ if judged => summary.unmeasured.push((target.name, bytes)),
@@ -384,7 +404,8 @@ pub fn format_judged(value: f64, bound: f64) -> String {
 }
 
 /// The ratio table: one column per target with data, one row per size.
-/// `ok`/`MISS` mark judged cells; bare numbers are informational.
+/// `ok`/`MISS` mark judged cells, followed for repeated runs by the runs
+/// that met the target (`2/3`); bare numbers are informational.
 pub fn ratio_table(cells: &[Ratio], sizes: &[u64]) -> String {
     let mut targets: Vec<Target> = Vec::new();
     for c in cells {
@@ -398,7 +419,7 @@ pub fn ratio_table(cells: &[Ratio], sizes: &[u64]) -> String {
     let mut out = String::new();
     let _ = write!(out, "{:>10}", "size");
     for t in &targets {
-        let _ = write!(out, "  {:>14}", t.name);
+        let _ = write!(out, "  {:>16}", t.name);
     }
     out.push('\n');
     let _ = write!(out, "{:>10}", "target");
@@ -407,7 +428,7 @@ pub fn ratio_table(cells: &[Ratio], sizes: &[u64]) -> String {
             Metric::Busbw => ">=",
             Metric::Latency | Metric::OverheadUs => "<=",
         };
-        let _ = write!(out, "  {:>14}", format!("{cmp} {}", t.bound));
+        let _ = write!(out, "  {:>16}", format!("{cmp} {}", t.bound));
     }
     out.push('\n');
     for &bytes in sizes {
@@ -418,14 +439,17 @@ pub fn ratio_table(cells: &[Ratio], sizes: &[u64]) -> String {
                 .find(|c| c.bytes == bytes && c.target.name == t.name)
                 .map(|c| {
                     let v = format_judged(c.value, c.target.bound);
+                    let runs = c
+                        .met_in
+                        .map_or_else(String::new, |(k, n)| format!(" {k}/{n}"));
                     match c.verdict {
-                        Verdict::Pass => format!("{v} ok"),
-                        Verdict::Miss => format!("{v} MISS"),
+                        Verdict::Pass => format!("{v} ok{runs}"),
+                        Verdict::Miss => format!("{v} MISS{runs}"),
                         Verdict::Info => v,
                     }
                 })
                 .unwrap_or_else(|| "-".to_string());
-            let _ = write!(out, "  {cell:>14}");
+            let _ = write!(out, "  {cell:>16}");
         }
         out.push('\n');
     }
@@ -494,6 +518,38 @@ mod tests {
         assert_eq!(r.iter().count(), 2);
         let (cells, _) = ratios(&r, &SHM_MPI, 2, &[1 << 20]);
         assert!((cells[0].value - 140.0 / 110.0).abs() < 1e-9);
+        // Runs 1 and 3 met the busbw target, run 2 did not (the third
+        // ringside run has no library run to be set against).
+        assert_eq!(cells[0].met_in, Some((1, 2)));
+        // Not judged at 1 MiB: no count.
+        assert_eq!(cells[1].met_in, None);
+        let rt = ratio_table(&cells, &[1 << 20]);
+        assert!(rt.contains("1.27 ok 1/2"), "{rt}");
+    }
+
+    #[test]
+    fn each_run_is_set_against_the_library_run_taken_beside_it() {
+        let mut r = Results::new();
+        // Binary fractions, so each difference is exact.
+        for (ours, mpi) in [(0.5, 0.5), (1.0, 0.75), (0.5625, 0.5)] {
+            r.insert(Impl::RingsideMpi, rec(Impl::RingsideMpi, 2, 64, ours));
+            r.insert(Impl::Mpi, rec(Impl::Mpi, 2, 64, mpi));
+        }
+        assert_eq!(r.each_run(Impl::Mpi, 64).len(), 3);
+        assert!(r.each_run(Impl::Mpi, 128).is_empty());
+        let (cells, summary) = ratios(&r, &[Impl::RingsideMpi, Impl::Mpi], 2, &[64]);
+        // Median runs: 0.5625 against 0.5, +0.0625 (met); per run +0, +0.25
+        // (missed) and +0.0625.
+        assert_eq!(cells[0].verdict, Verdict::Pass, "{cells:?}");
+        assert_eq!(cells[0].met_in, Some((2, 3)));
+        assert!(summary.all_met());
+        // A single run has nothing to count.
+        let one = two_impls(2, 1 << 20, 80.0, 100.0);
+        let (cells, _) = ratios(&one, &SHM_MPI, 2, &[1 << 20]);
+        assert_eq!(cells[0].met_in, None);
+        let rt = ratio_table(&cells, &[1 << 20]);
+        let row = rt.lines().find(|l| l.contains("1 MiB")).unwrap_or_default();
+        assert!(row.contains("1.25 ok") && !row.contains('/'), "{rt}");
     }
 
     #[test]

@@ -335,7 +335,7 @@ fn real_main() -> Result<ExitCode> {
         println!();
         if !table.is_empty() {
             println!(
-                "ratios ringside / library (ok/MISS: a target at this size; bare: for information)"
+                "ratios ringside / library (ok/MISS: a target at this size, and with --repeat the runs that met it, each set against the library's run of the same round; bare: for information)"
             );
             print!("{table}");
             println!();
@@ -364,7 +364,12 @@ fn real_main() -> Result<ExitCode> {
                 .iter()
                 .find(|t| t.name == *name)
                 .map_or_else(|| format!("{v:.2}"), |t| report::format_judged(*v, t.bound));
-            println!("  missed {name} at {}: {shown}", format_size(*bytes));
+            let runs = cells
+                .iter()
+                .find(|c| c.target.name == *name && c.bytes == *bytes)
+                .and_then(|c| c.met_in)
+                .map_or_else(String::new, |(k, n)| format!(" (met in {k} of {n} runs)"));
+            println!("  missed {name} at {}: {shown}{runs}", format_size(*bytes));
         }
         if copy_bound == Some(false) {
             println!(
