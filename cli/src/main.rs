@@ -3,6 +3,7 @@
 
 mod bench_cmd;
 mod conformance_cmd;
+mod cpu_share;
 mod label;
 mod launch_cmd;
 mod progress;

@@ -17,6 +17,7 @@ use collectives::rendezvous::env::Rendezvous;
 use collectives::transport::TransportKind;
 use collectives::{Collective, Communicator, DType, ReduceOp};
 
+use crate::cpu_share;
 use crate::label::{self, Label};
 use crate::progress;
 use crate::torch_peer::{self, PeerSweep};
@@ -127,6 +128,8 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
     // same label's rounds lie a whole cycle of the others apart.
     // Per label (in `labels`' order): its rounds, or None while unavailable.
     let mut rounds_of: Vec<Option<Vec<Vec<Measurement>>>> = vec![None; labels.len()];
+    // Per label: the cores the job's ranks used while it was timed, per round.
+    let mut cores_of: Vec<Vec<f64>> = vec![Vec::new(); labels.len()];
     // The torch peer takes its rounds in turn with the backends' (A, B, …,
     // torch, A, B, …, torch), as `bench --repeat` does: run after all of them,
     // under load it met another phase of the machine than the Gloo it is
@@ -152,7 +155,11 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
     let mut peer_failed: Option<String> = None;
     for round in 1..=args.repeat {
         let first = round == 1;
-        for (label, rounds) in labels.iter().zip(rounds_of.iter_mut()) {
+        for ((label, rounds), cores) in labels
+            .iter()
+            .zip(rounds_of.iter_mut())
+            .zip(cores_of.iter_mut())
+        {
             if !first && rounds.is_none() {
                 continue; // not available: said so in round 1
             }
@@ -191,11 +198,13 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
             };
             bar.set_message(format!("timing all_reduce, round {round}/{}", args.repeat));
             let mut row = Vec::new();
+            let meter = cpu_share::Meter::start();
             for &bytes in &sizes {
                 let m = bench::all_reduce_f32(comm.as_ref(), bytes, 3, args.iters)?;
                 failed += m.wrong.unwrap_or(0);
                 row.push(m);
             }
+            cores.push(meter.job_cores(comm.as_ref())?);
             bar.finish_and_clear();
             if let Some((report, checked_ms)) = checked {
                 say(format!(
@@ -217,8 +226,13 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         }
     }
     let mut swept: Vec<(&Label, Vec<Measurement>)> = Vec::new();
-    for (label, rounds) in labels.iter().zip(&rounds_of) {
+    // Per swept label: the median round's cores.
+    let mut shares: Vec<(&Label, f64)> = Vec::new();
+    for ((label, rounds), cores) in labels.iter().zip(&rounds_of).zip(&cores_of) {
         let Some(rounds) = rounds else { continue };
+        if let Some(c) = measure::median_run(cores, |c| *c) {
+            shares.push((label, *c));
+        }
         let row: Vec<Measurement> = median_rounds(rounds, |m| m.bytes, |m| m.median_us)
             .into_iter()
             .cloned()
@@ -257,6 +271,12 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         }
         say(format!("{line} {wrong:>6}"));
     }
+    say(cpu_line(
+        &shares,
+        rdv.info.world_size,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        args.load.load,
+    ));
 
     if !args.no_peer {
         say(
@@ -294,6 +314,29 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
     Ok(if failed == 0 { 0 } else { 1 })
 }
 
+/// The line under the sweep's table: the cores the job's ranks used while each
+/// backend was timed, and under `--load` what that means for the ranking.
+fn cpu_line(shares: &[(&Label, f64)], ranks: usize, host_cores: usize, load: usize) -> String {
+    let each: Vec<String> = shares
+        .iter()
+        .map(|(label, c)| format!("{} {c:.2}", label.column().trim()))
+        .collect();
+    let of = match host_cores {
+        0 => String::new(),
+        n => format!(" (this host has {n})"),
+    };
+    let mut line = format!(
+        "   CPU the {ranks} ranks used while timed, in cores{of}: {}",
+        each.join(", ")
+    );
+    if load > 0 {
+        line.push_str(
+            "\n   under load a backend's large sizes follow its share of the cores as much as its design: the busy loops got the rest",
+        );
+    }
+    line
+}
+
 /// Step 4: the report from this run's results, its summary, and where it is.
 fn report_step(results: &ResultsWriter, out_dir: &std::path::Path) -> anyhow::Result<()> {
     let Some(path) = &results.path else {
@@ -313,4 +356,28 @@ fn report_step(results: &ResultsWriter, out_dir: &std::path::Path) -> anyhow::Re
         report.charts.len()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cpu_line_names_each_backend_and_under_load_says_what_it_means() {
+        let labels = label::parse(
+            &["reference-shm".into(), "gloo".into()],
+            TransportKind::Auto,
+        )
+        .unwrap();
+        let shares = vec![(&labels[0], 0.63), (&labels[1], 1.641)];
+        let idle = cpu_line(&shares, 2, 2, 0);
+        assert_eq!(
+            idle,
+            "   CPU the 2 ranks used while timed, in cores (this host has 2): ref-shm 0.63, gloo 1.64"
+        );
+        let loaded = cpu_line(&shares, 2, 2, 2);
+        assert!(loaded.starts_with(&idle), "{loaded}");
+        assert!(loaded.contains("the busy loops got the rest"), "{loaded}");
+        assert!(!cpu_line(&shares, 2, 0, 0).contains("this host"));
+    }
 }

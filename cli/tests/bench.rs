@@ -270,6 +270,18 @@ fn bench_repeat_takes_turns_with_the_peer_and_keeps_each_sides_median_round() {
             && stdout.contains("each side the median of 2 rounds taken in turn"),
         "{stdout}\n{stderr}"
     );
+    // Each compared size says in how many of the 2 rounds ours was faster.
+    let won: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains(" in-place ") && !l.starts_with('#'))
+        .filter_map(|l| l.split_whitespace().last())
+        .collect();
+    assert_eq!(won.len(), 3, "{stdout}");
+    assert!(
+        won.iter().all(|w| ["0/2", "1/2", "2/2"].contains(w)),
+        "{stdout}"
+    );
+    assert!(stdout.contains("faster in most rounds at "), "{stdout}");
     // Round 1's nccl-tests tables only: ours in both forms, torch in place.
     let sizes = ["4", "16", "64"];
     let table_rows = rows(&stdout).into_iter().filter(|r| r.len() > 10).count();
@@ -321,6 +333,20 @@ fn tour_writes_results_and_a_report_with_the_torch_peer() {
         stdout.contains("model t = α + S·f·b_k") && stdout.contains("R²"),
         "{stdout}"
     );
+    // The cores the ranks used while each backend was timed.
+    let cpu = stdout
+        .lines()
+        .find(|l| l.contains("CPU the 2 ranks used while timed, in cores"))
+        .unwrap_or_else(|| panic!("no CPU line in\n{stdout}"));
+    for lane in ["ref-shm ", "ref-tcp ", "gloo "] {
+        let cores: f64 = cpu
+            .split(lane)
+            .nth(1)
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {lane}figure in {cpu}"));
+        assert!(cores > 0.0 && cores < 64.0, "{cpu}");
+    }
 }
 
 /// Ctrl-C in the middle of a sweep: the job stops, and the results file holds
