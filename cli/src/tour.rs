@@ -271,10 +271,13 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         }
         say(format!("{line} {wrong:>6}"));
     }
+    // The host's core count means something beside the sum only when every
+    // rank runs on this host.
+    let one_host = rdv.info.world_size == rdv.info.local_world_size;
     say(cpu_line(
         &shares,
         rdv.info.world_size,
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        std::thread::available_parallelism().map_or(0, |n| if one_host { n.get() } else { 0 }),
         args.load.load,
     ));
 
