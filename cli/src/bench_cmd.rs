@@ -16,6 +16,7 @@ use collectives::job::{self, ConnectArgs, SpawnArgs};
 use collectives::transport::TransportKind;
 use collectives::{Backend, Collective, DType, ReduceOp};
 
+use crate::cpu_share;
 use crate::label;
 use crate::progress;
 use crate::torch_peer::{self, PeerSweep, cuda_present};
@@ -430,6 +431,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             } else {
                 "default"
             };
+            let meter = cpu_share::Meter::start();
             for &collective in &collectives {
                 say_first(&format!(
                     "#\n# {} {collective} ({algo} algorithm)",
@@ -496,6 +498,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                     ));
                 }
             }
+            // On a busy machine the share of the cores a backend gets decides
+            // its large sizes as much as its design (`cpu_share`).
+            let cores = meter.job_cores(comm.as_ref())?;
+            say_first(&format!(
+                "# CPU the {world} ranks used while timed: {cores:.2} cores{}",
+                cpu_share::of_host(cpu_share::host_cores(world, rdv.info.local_world_size))
+            ));
         }
         ours_rounds.push(ours);
         if let Some(sweep) = &peer_sweep {

@@ -24,6 +24,26 @@ fn process_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
+/// The cores of this host when every rank of the job runs on it (`world`
+/// ranks, `local_world` of them here); `None` otherwise, since a multi-host
+/// job's sum covers every host.
+pub fn host_cores(world: usize, local_world: usize) -> Option<usize> {
+    if world != local_world {
+        return None;
+    }
+    // The host's online CPUs, not this thread's affinity mask
+    // (`available_parallelism`): a rank bound to its share of the CPUs would
+    // read 1 on a 2-core host.
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).ok().filter(|&n| n > 0)
+}
+
+/// ` (this host has N)` after a job's cores, or nothing without [`host_cores`].
+pub fn of_host(host: Option<usize>) -> String {
+    host.map_or_else(String::new, |n| format!(" (this host has {n})"))
+}
+
 /// A window of wall time and of this process's CPU time.
 pub struct Meter {
     wall: Instant,
@@ -64,6 +84,15 @@ impl Meter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_host_is_named_only_when_every_rank_runs_on_it() {
+        let n = host_cores(2, 2).expect("an online CPU count");
+        assert!(n >= 1);
+        assert_eq!(of_host(Some(n)), format!(" (this host has {n})"));
+        assert_eq!(host_cores(4, 2), None);
+        assert_eq!(of_host(None), "");
+    }
 
     #[test]
     fn a_busy_thread_shows_as_about_one_core_and_a_sleeping_one_as_none() {

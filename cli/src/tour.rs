@@ -271,13 +271,10 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         }
         say(format!("{line} {wrong:>6}"));
     }
-    // The host's core count means something beside the sum only when every
-    // rank runs on this host.
-    let one_host = rdv.info.world_size == rdv.info.local_world_size;
     say(cpu_line(
         &shares,
         rdv.info.world_size,
-        std::thread::available_parallelism().map_or(0, |n| if one_host { n.get() } else { 0 }),
+        cpu_share::host_cores(rdv.info.world_size, rdv.info.local_world_size),
         args.load.load,
     ));
 
@@ -319,17 +316,14 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
 
 /// The line under the sweep's table: the cores the job's ranks used while each
 /// backend was timed, and under `--load` what that means for the ranking.
-fn cpu_line(shares: &[(&Label, f64)], ranks: usize, host_cores: usize, load: usize) -> String {
+fn cpu_line(shares: &[(&Label, f64)], ranks: usize, host: Option<usize>, load: usize) -> String {
     let each: Vec<String> = shares
         .iter()
         .map(|(label, c)| format!("{} {c:.2}", label.column().trim()))
         .collect();
-    let of = match host_cores {
-        0 => String::new(),
-        n => format!(" (this host has {n})"),
-    };
     let mut line = format!(
-        "   CPU the {ranks} ranks used while timed, in cores{of}: {}",
+        "   CPU the {ranks} ranks used while timed, in cores{}: {}",
+        cpu_share::of_host(host),
         each.join(", ")
     );
     if load > 0 {
@@ -373,14 +367,14 @@ mod tests {
         )
         .unwrap();
         let shares = vec![(&labels[0], 0.63), (&labels[1], 1.641)];
-        let idle = cpu_line(&shares, 2, 2, 0);
+        let idle = cpu_line(&shares, 2, Some(2), 0);
         assert_eq!(
             idle,
             "   CPU the 2 ranks used while timed, in cores (this host has 2): ref-shm 0.63, gloo 1.64"
         );
-        let loaded = cpu_line(&shares, 2, 2, 2);
+        let loaded = cpu_line(&shares, 2, Some(2), 2);
         assert!(loaded.starts_with(&idle), "{loaded}");
         assert!(loaded.contains("the busy loops got the rest"), "{loaded}");
-        assert!(!cpu_line(&shares, 2, 0, 0).contains("this host"));
+        assert!(!cpu_line(&shares, 2, None, 0).contains("this host"));
     }
 }

@@ -282,6 +282,12 @@ fn bench_repeat_takes_turns_with_the_peer_and_keeps_each_sides_median_round() {
         "{stdout}"
     );
     assert!(stdout.contains("faster in most rounds at "), "{stdout}");
+    // Round 1 says how much CPU our ranks got while timed.
+    assert!(
+        stdout.contains("# CPU the 2 ranks used while timed: ")
+            && stdout.contains(" cores (this host has "),
+        "{stdout}"
+    );
     // Round 1's nccl-tests tables only: ours in both forms, torch in place.
     let sizes = ["4", "16", "64"];
     let table_rows = rows(&stdout).into_iter().filter(|r| r.len() > 10).count();
