@@ -3,8 +3,10 @@
 //! and the share differs between backends beside the same load (2026-11-28,
 //! 2-core VM, 2 busy loops, both under `mpirun`: the reference backend's shm
 //! ranks got 0.63 of the 2 cores at 64 MiB, the busy loops 1.37; Gloo's
-//! ranks 1.64, the loops 0.36). The tour prints it beside its table so that a
-//! ranking measured under load is read with it.
+//! ranks 1.64, the loops 0.36). The tour prints it beside its table, and
+//! `bench` after each backend's tables, so that a ranking measured under load
+//! is read with it. The job-wide sum is one small all_reduce after the timed
+//! sweep, outside every timed call.
 
 use std::time::{Duration, Instant};
 
