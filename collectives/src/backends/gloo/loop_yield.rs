@@ -63,7 +63,16 @@
 //! - keeping the rank's worker from holding the pair lock through a large
 //!   write (libgloo's `writev` over 64 KiB from any thread but the loop
 //!   answered `EAGAIN`, so Gloo hands the write to its loop): 16 MiB 13.9
-//!   against 13.4 ms, 64 MiB 64 against 52, and as many yields idle.
+//!   against 13.4 ms, 64 MiB 64 against 52, and as many yields idle;
+//! - (2026-11-28, later) the worker spinning before it sleeps on a
+//!   completion: libgloo's `pthread_cond_clockwait` wrapped to return
+//!   spuriously (mutex dropped, a short spin, taken again) for the first 20
+//!   or 100 µs of each wait, so a segment finished by the loop on the other
+//!   core needs no wake-up. `bench --backend gloo -b 1M -e 64M -f 4 -n 20`,
+//!   3 runs each in turn, in-place medians: idle 1 MiB 476 / 657 / 886 µs
+//!   (none / 20 / 100 µs), 16 MiB 6.3 / 7.3 / 8.0 ms; under `--load 2`
+//!   16 MiB 11.3 against 12.7 ms, 64 MiB 54 against 58 (none / 20 µs). On two
+//!   cores the spinning worker takes the core its own loop needs.
 //!
 //! `RINGSIDE_GLOO_LOOP_YIELD=off` leaves Gloo's loop as Debian ships it, for
 //! comparing. On architectures other than x86-64 and AArch64, or where libgloo
