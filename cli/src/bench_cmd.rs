@@ -79,15 +79,16 @@ pub struct BenchArgs {
     /// The torch peer script (default: cli/src/torch_peer.py of this checkout).
     #[arg(long)]
     pub peer_script: Option<PathBuf>,
-    /// With --peer: sweep ours and the peer this many times, in turn (ours,
-    /// peer, ours, peer, …), and compare per size the round with the median
+    /// With --peer: sweep ours and the peer this many times, in turn, in
+    /// ABBA order (ours, peer, peer, ours, …: a machine whose state drifts
+    /// through the run favours neither side), and compare per size the round with the median
     /// time on each side. On a busy machine the scheduler's state changes
     /// from one sweep to the next (a small Gloo call took 45 µs in some runs
     /// and 130–215 in others beside the same two busy loops), so one sweep
     /// each compares two moments, not two libraries. The nccl-tests tables
     /// show round 1; the side-by-side table and --json hold the median rounds,
     /// and the table's `won` column says in how many rounds ours was faster
-    /// than the peer's round taken right after it.
+    /// than the peer's round taken next to it.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: u32,
 }
@@ -400,10 +401,24 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                 say(s)
             }
         };
+        // The order swaps every round (ours first in odd rounds, the peer
+        // first in even ones), so a machine whose state drifts through the
+        // run favours neither side: each pair of rounds is ABBA.
+        let peer_first = torch_peer::goes_first(round);
         if !first {
             say(&format!(
-                "# round {round}/{rounds}: ours, then the peer (timing only)"
+                "# round {round}/{rounds}: {} (timing only)",
+                if peer_first {
+                    "the peer, then ours"
+                } else {
+                    "ours, then the peer"
+                }
             ));
+        }
+        if peer_first && let Some(sweep) = &peer_sweep {
+            peer_rounds.push(peer_round(
+                sweep, &rdv, round, timeout, lead, &args, &mut wrong,
+            )?);
         }
         let mut ours: Vec<Record> = Vec::new();
         for label in &labels {
@@ -507,15 +522,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             ));
         }
         ours_rounds.push(ours);
-        if let Some(sweep) = &peer_sweep {
-            let records = torch_peer::run(sweep, &rdv, round, timeout)?;
-            if lead {
-                wrong += peer_wrong(&records);
-                if first {
-                    print_peer(&records, &args);
-                }
-            }
-            peer_rounds.push(records);
+        if !peer_first && let Some(sweep) = &peer_sweep {
+            peer_rounds.push(peer_round(
+                sweep, &rdv, round, timeout, lead, &args, &mut wrong,
+            )?);
         }
     }
     if args.peer.is_some() && lead {
@@ -581,6 +591,27 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     }
     rdv.close(timeout)?;
     Ok(if total[0] == 0 && ran_any { 0 } else { 1 })
+}
+
+/// One round of the peer: its records, its wrong results counted on the lead
+/// rank, and in round 1 its nccl-tests table printed there.
+fn peer_round(
+    sweep: &PeerSweep<'_>,
+    rdv: &collectives::rendezvous::env::Rendezvous,
+    round: u32,
+    timeout: std::time::Duration,
+    lead: bool,
+    args: &BenchArgs,
+    wrong: &mut i64,
+) -> anyhow::Result<Vec<Record>> {
+    let records = torch_peer::run(sweep, rdv, round, timeout)?;
+    if lead {
+        *wrong += peer_wrong(&records);
+        if round == 1 {
+            print_peer(&records, args);
+        }
+    }
+    Ok(records)
 }
 
 /// One table per (our label, collective): each size's median time beside the
@@ -650,7 +681,7 @@ fn side_by_side(
         ));
         if rounds > 1 {
             out.push_str(&format!(
-                "# won: in how many rounds {label} was faster than the {peer_label} round taken right after it\n"
+                "# won: in how many rounds {label} was faster than the {peer_label} round taken next to it (rounds run in ABBA order)\n"
             ));
         }
         out.push_str(&format!(

@@ -40,7 +40,8 @@ pub struct TourArgs {
     /// Timed iterations per size.
     #[arg(short = 'n', long, default_value_t = 20)]
     pub iters: usize,
-    /// Sweep every backend this many times, in turn (A, B, …, A, B, …), and
+    /// Sweep every backend and the torch peer this many times, in turn, the
+    /// order reversed every other round (A, B, peer, peer, B, A, …), and
     /// keep per size the round with the median time: a slow phase of a
     /// shared machine (seconds long) or one of Gloo's scheduler-tick stalls
     /// (a 4 ms median at a random size) then spoils a round, not the curve.
@@ -153,13 +154,30 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
     };
     let mut peer_rounds: Vec<Vec<measure::Record>> = Vec::new();
     let mut peer_failed: Option<String> = None;
+    let mut peer_round = |round: u32| {
+        if !args.no_peer && peer_failed.is_none() {
+            match torch_peer::run(&sweep, &rdv, round, timeout) {
+                Ok(records) => peer_rounds.push(records),
+                Err(e) => peer_failed = Some(format!("{e:#}")),
+            }
+        }
+    };
     for round in 1..=args.repeat {
         let first = round == 1;
-        for ((label, rounds), cores) in labels
+        // ABBA: in even rounds the peer goes first and the backends follow in
+        // reverse order, so no backend always meets the machine just after
+        // another's sweep.
+        let mut order: Vec<_> = labels
             .iter()
             .zip(rounds_of.iter_mut())
             .zip(cores_of.iter_mut())
-        {
+            .collect();
+        let peer_first = torch_peer::goes_first(round);
+        if peer_first {
+            order.reverse();
+            peer_round(round);
+        }
+        for ((label, rounds), cores) in order {
             if !first && rounds.is_none() {
                 continue; // not available: said so in round 1
             }
@@ -218,11 +236,8 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
             }
             rounds.get_or_insert_with(Vec::new).push(row);
         }
-        if !args.no_peer && peer_failed.is_none() {
-            match torch_peer::run(&sweep, &rdv, round, timeout) {
-                Ok(records) => peer_rounds.push(records),
-                Err(e) => peer_failed = Some(format!("{e:#}")),
-            }
+        if !peer_first {
+            peer_round(round);
         }
     }
     let mut swept: Vec<(&Label, Vec<Measurement>)> = Vec::new();

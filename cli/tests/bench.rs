@@ -248,29 +248,31 @@ fn bad_flags_are_clear_errors() {
     }
 }
 
-/// `bench --peer torch --repeat 2`: ours and the peer take turns, the
+/// `bench --peer torch --repeat 3`: ours and the peer take turns in ABBA
+/// order (ours first in rounds 1 and 3, the peer in round 2), the
 /// side-by-side table compares each side's median round, and the results file
 /// holds one record per size and form of each side (the median round's), not
 /// every round's.
 #[test]
-fn bench_repeat_takes_turns_with_the_peer_and_keeps_each_sides_median_round() {
+fn bench_repeat_takes_turns_with_the_peer_in_abba_order_and_keeps_each_sides_median_round() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("r.json");
     let (out, stdout, stderr) = run(
         Command::new(RINGSIDE)
             .args(["bench", "--backend", "reference-tcp", "--peer", "torch"])
-            .args(["--repeat", "2", "-b", "4", "-e", "64", "-f", "4", "-n", "3"])
+            .args(["--repeat", "3", "-b", "4", "-e", "64", "-f", "4", "-n", "3"])
             .arg("--json")
             .arg(&json),
         Duration::from_secs(180),
     );
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(
-        stdout.contains("# round 2/2: ours, then the peer")
-            && stdout.contains("each side the median of 2 rounds taken in turn"),
+        stdout.contains("# round 2/3: the peer, then ours")
+            && stdout.contains("# round 3/3: ours, then the peer")
+            && stdout.contains("each side the median of 3 rounds taken in turn"),
         "{stdout}\n{stderr}"
     );
-    // Each compared size says in how many of the 2 rounds ours was faster.
+    // Each compared size says in how many of the 3 rounds ours was faster.
     let won: Vec<&str> = stdout
         .lines()
         .filter(|l| l.contains(" in-place ") && !l.starts_with('#'))
@@ -278,7 +280,7 @@ fn bench_repeat_takes_turns_with_the_peer_and_keeps_each_sides_median_round() {
         .collect();
     assert_eq!(won.len(), 3, "{stdout}");
     assert!(
-        won.iter().all(|w| ["0/2", "1/2", "2/2"].contains(w)),
+        won.iter().all(|w| ["0/3", "1/3", "2/3", "3/3"].contains(w)),
         "{stdout}"
     );
     assert!(stdout.contains("faster in most rounds at "), "{stdout}");

@@ -44,7 +44,7 @@ pub fn median_rounds<T, K: PartialEq>(
 
 /// In how many rounds ours was faster than the peer, of the rounds where
 /// both measured the item: `(won, of)`. Round i of ours is set against round
-/// i of the peer, taken right after it, so the two met nearly the same
+/// i of the peer, taken next to it (before or after), so the two met nearly the same
 /// machine; a ratio of medians can hide that one side was faster in most of
 /// those pairings, or slower (a busy machine moves both sides' medians by
 /// more than the difference between them). `mine` and `theirs` pick the

@@ -87,8 +87,9 @@ struct Args {
     /// Seconds one implementation's whole sweep may take before it is killed.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
-    /// Run the implementations this many times, alternating (A, B, A, B, …),
-    /// and judge each size by the run with the median time: one run that
+    /// Run the implementations this many times, in turn, the order reversed
+    /// every other run (A, B, B, A, …; with three, A B C, C B A), so a
+    /// machine whose state drifts through the runs favours none, and judge each size by the run with the median time: one run that
     /// falls into a slow phase of a shared machine then decides nothing.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     repeat: u32,
@@ -186,13 +187,14 @@ fn real_main() -> Result<ExitCode> {
     // command runs once).
     let mut next = Some(plans);
     for run in 1..=args.repeat {
-        let plans = match next.take() {
+        let mut plans = match next.take() {
             Some(p) => p,
             None => impls
                 .iter()
                 .map(|&imp| plan(imp, &args, &sweep).map(|p| (imp, p)))
                 .collect::<Result<Vec<_>>>()?,
         };
+        in_turn(run, &mut plans);
         let of = if args.repeat > 1 {
             format!(" run {run}/{}", args.repeat)
         } else {
@@ -398,6 +400,15 @@ fn real_main() -> Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Puts run `run`'s (from 1) implementations in their order: as listed in odd
+/// runs, reversed in even ones (A B C, C B A, …), so each implementation meets
+/// a drifting machine as early as late over the runs.
+fn in_turn<T>(run: u32, items: &mut [T]) {
+    if run % 2 == 0 {
+        items.reverse();
+    }
 }
 
 /// Best of how many passes after how many warm ones a bound is measured:
@@ -797,4 +808,21 @@ fn write_json(path: &Path, results: &Results) -> Result<()> {
     w.flush()
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_turn;
+
+    #[test]
+    fn repeated_runs_reverse_the_order_every_other_run() {
+        let order = |run| {
+            let mut v = vec!["mpi", "gloo-ring", "ringside-shm"];
+            in_turn(run, &mut v);
+            v
+        };
+        assert_eq!(order(1), ["mpi", "gloo-ring", "ringside-shm"]);
+        assert_eq!(order(2), ["ringside-shm", "gloo-ring", "mpi"]);
+        assert_eq!(order(3), order(1));
+    }
 }
