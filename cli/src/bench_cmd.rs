@@ -23,7 +23,7 @@ use crate::torch_peer::{self, PeerSweep, cuda_present};
 use collectives::job::{LoadArgs, SizeArgs, parse_size};
 use collectives::launch::Load;
 use measure::manifest;
-use measure::{Record, ResultsWriter, median_rounds, rounds_won};
+use measure::{Pairings, Record, ResultsWriter, median_rounds, pairings};
 
 /// Flags follow nccl-tests where they overlap (`-b -e -f -i -n -w -c -o -d -r -a`).
 #[derive(Debug, Args)]
@@ -86,9 +86,11 @@ pub struct BenchArgs {
     /// from one sweep to the next (a small Gloo call took 45 µs in some runs
     /// and 130–215 in others beside the same two busy loops), so one sweep
     /// each compares two moments, not two libraries. The nccl-tests tables
-    /// show round 1; the side-by-side table and --json hold the median rounds,
-    /// and the table's `won` column says in how many rounds ours was faster
-    /// than the peer's round taken next to it.
+    /// show round 1; the side-by-side table and --json hold the median rounds.
+    /// The table adds, from the rounds' pairs (ours and the peer's round
+    /// taken next to it), `paired`: the median of each round's own ratio,
+    /// which a machine swinging between rounds moves less than the ratio of
+    /// the median rounds; and `won`: in how many rounds ours was the faster.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: u32,
 }
@@ -540,8 +542,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             .collect();
         // Ours are matched by label too (a round holds every backend's
         // records); the peer's by the case alone.
-        let won = |r: &Record| {
-            rounds_won(
+        let paired = |r: &Record| {
+            pairings(
                 &ours_rounds,
                 &peer_rounds,
                 |o| key(o) == key(r),
@@ -551,7 +553,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         };
         print!(
             "{}",
-            side_by_side(&ours, &peer, &Load::describe(args.load.load), rounds, won)
+            side_by_side(
+                &ours,
+                &peer,
+                &Load::describe(args.load.load),
+                rounds,
+                paired
+            )
         );
         if rounds > 1 {
             for r in &ours {
@@ -616,8 +624,8 @@ fn peer_round(
 
 /// One table per (our label, collective): each size's median time beside the
 /// peer's and their ratio (ours / peer: below 1 means ringside is faster),
-/// and with more than one round, `won(record)`: in how many rounds ours was
-/// the faster ([`rounds_won`]).
+/// and with more than one round, `paired(record)` ([`pairings`]): the median
+/// of the rounds' own ratios and in how many rounds ours was the faster.
 /// Sides are matched by form (in place or not); torch has only one form of
 /// several collectives, so only that form is compared there.
 fn side_by_side(
@@ -625,8 +633,9 @@ fn side_by_side(
     peer: &[Record],
     load: &str,
     rounds: u32,
-    won: impl Fn(&Record) -> (usize, usize),
+    paired: impl Fn(&Record) -> Pairings,
 ) -> String {
+    let repeated = rounds > 1;
     let mut out = String::new();
     let mut keys: Vec<(&str, String)> = Vec::new();
     for r in ours {
@@ -638,6 +647,7 @@ fn side_by_side(
     for (label, collective) in keys {
         let mut rows = String::new();
         let mut ratios = Vec::new();
+        let mut paired_ratios = Vec::new();
         // Sizes where ours won more than half the rounds.
         let mut most = 0;
         for r in ours
@@ -651,15 +661,20 @@ fn side_by_side(
             };
             let ratio = r.median_us / p.median_us;
             ratios.push(ratio);
-            let won = match won(r) {
-                _ if rounds < 2 => String::new(),
-                (k, n) => {
-                    most += usize::from(2 * k > n);
-                    format!(" {:>7}", format!("{k}/{n}"))
-                }
+            let rounds_part = if repeated {
+                let pr = paired(r);
+                most += usize::from(2 * pr.won > pr.of);
+                paired_ratios.extend(pr.ratio);
+                format!(
+                    " {:>8} {:>7}",
+                    pr.ratio.map_or("-".to_string(), |x| format!("{x:.2}")),
+                    format!("{}/{}", pr.won, pr.of)
+                )
+            } else {
+                String::new()
             };
             rows.push_str(&format!(
-                "{:>12} {:>9} {:>12.2} {:>12.2} {:>8.2}{won}\n",
+                "{:>12} {:>9} {:>12.2} {:>12.2} {:>8.2}{rounds_part}\n",
                 r.bytes,
                 if r.in_place { "in-place" } else { "out" },
                 r.median_us,
@@ -671,7 +686,7 @@ fn side_by_side(
             continue;
         }
         let peer_label = &peer[0].label;
-        let worst = ratios.iter().copied().fold(f64::NAN, f64::max);
+        let worst = |xs: &[f64]| xs.iter().copied().fold(f64::NAN, f64::max);
         let of_rounds = match rounds {
             1 => String::new(),
             n => format!(", each side the median of {n} rounds taken in turn"),
@@ -679,9 +694,9 @@ fn side_by_side(
         out.push_str(&format!(
             "#\n# {label} vs {peer_label} {collective}: median time per size{of_rounds}, ratio = {label} / {peer_label} (< 1: {label} faster)\n# {load}\n"
         ));
-        if rounds > 1 {
+        if repeated {
             out.push_str(&format!(
-                "# won: in how many rounds {label} was faster than the {peer_label} round taken next to it (rounds run in ABBA order)\n"
+                "# paired: the median over rounds of that round's own ratio; won: in how many rounds {label} was faster than the {peer_label} round taken next to it (rounds run in ABBA order)\n"
             ));
         }
         out.push_str(&format!(
@@ -691,18 +706,21 @@ fn side_by_side(
             label,
             peer_label,
             "ratio",
-            if rounds > 1 { "     won" } else { "" }
+            if repeated { "   paired     won" } else { "" }
         ));
         out.push_str(&rows);
-        let most = match rounds {
-            1 => String::new(),
-            _ => format!(
-                "; {label} faster in most rounds at {most} of {} sizes",
+        let tail = if repeated {
+            format!(
+                " (paired {:.2}); {label} faster in most rounds at {most} of {} sizes",
+                worst(&paired_ratios),
                 ratios.len()
-            ),
+            )
+        } else {
+            String::new()
         };
         out.push_str(&format!(
-            "# worst ratio {worst:.2} over {} sizes{most}\n",
+            "# worst ratio {:.2} over {} sizes{tail}\n",
+            worst(&ratios),
             ratios.len()
         ));
     }
@@ -786,10 +804,17 @@ mod tests {
     }
 
     #[test]
-    fn side_by_side_shows_the_rounds_won_only_for_repeated_rounds() {
+    fn side_by_side_shows_the_paired_ratio_and_rounds_won_only_for_repeated_rounds() {
         let ours = [rec("gloo", 16, 5.0), rec("gloo", 64, 12.0)];
         let peer = [rec("torch-gloo", 16, 10.0), rec("torch-gloo", 64, 10.0)];
-        let won = |r: &Record| if r.bytes == 16 { (3, 3) } else { (1, 3) };
+        let won = |r: &Record| {
+            let (won, ratio) = if r.bytes == 16 { (3, 0.4) } else { (1, 1.1) };
+            Pairings {
+                won,
+                of: 3,
+                ratio: Some(ratio),
+            }
+        };
         let table = side_by_side(&ours, &peer, "idle", 3, won);
         let row = |size: &str| {
             table
@@ -798,22 +823,23 @@ mod tests {
                 .unwrap_or_else(|| panic!("no row for {size} in\n{table}"))
                 .to_string()
         };
-        assert!(row("16").ends_with(" 0.50     3/3"), "{table}");
-        assert!(row("64").ends_with(" 1.20     1/3"), "{table}");
+        assert!(row("16").ends_with(" 0.50     0.40     3/3"), "{table}");
+        assert!(row("64").ends_with(" 1.20     1.10     1/3"), "{table}");
         assert!(
-            table.contains("won: in how many rounds gloo was faster"),
+            table.contains("paired: the median over rounds")
+                && table.contains("won: in how many rounds gloo was faster"),
             "{table}"
         );
         assert!(
             table.contains(
-                "worst ratio 1.20 over 2 sizes; gloo faster in most rounds at 1 of 2 sizes\n"
+                "worst ratio 1.20 over 2 sizes (paired 1.10); gloo faster in most rounds at 1 of 2 sizes\n"
             ),
             "{table}"
         );
         let header = table.lines().find(|l| l.contains("size (B)")).unwrap();
         assert_eq!(header.len(), row("64").len(), "\n{header}\n{}", row("64"));
         let once = side_by_side(&ours, &peer, "idle", 1, won);
-        assert!(!once.contains("won"), "{once}");
+        assert!(!once.contains("won") && !once.contains("paired"), "{once}");
         assert!(once.contains(" 1.20\n"), "{once}");
         assert!(once.contains("worst ratio 1.20 over 2 sizes\n"), "{once}");
     }

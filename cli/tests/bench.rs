@@ -283,7 +283,10 @@ fn bench_repeat_takes_turns_with_the_peer_in_abba_order_and_keeps_each_sides_med
         won.iter().all(|w| ["0/3", "1/3", "2/3", "3/3"].contains(w)),
         "{stdout}"
     );
-    assert!(stdout.contains("faster in most rounds at "), "{stdout}");
+    assert!(
+        stdout.contains("faster in most rounds at ") && stdout.contains("   paired     won"),
+        "{stdout}"
+    );
     // Round 1 says how much CPU our ranks got while timed.
     assert!(
         stdout.contains("# CPU the 2 ranks used while timed: ")

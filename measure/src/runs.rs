@@ -42,31 +42,56 @@ pub fn median_rounds<T, K: PartialEq>(
         .collect()
 }
 
-/// In how many rounds ours was faster than the peer, of the rounds where
-/// both measured the item: `(won, of)`. Round i of ours is set against round
-/// i of the peer, taken next to it (before or after), so the two met nearly the same
-/// machine; a ratio of medians can hide that one side was faster in most of
-/// those pairings, or slower (a busy machine moves both sides' medians by
-/// more than the difference between them). `mine` and `theirs` pick the
-/// item in a round; a tie counts as no win.
-pub fn rounds_won<T>(
+/// Ours set against the peer round by round ([`pairings`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pairings {
+    /// Rounds in which ours was faster (a tie is no win).
+    pub won: usize,
+    /// Rounds in which both sides measured the item.
+    pub of: usize,
+    /// The median over those rounds of ours / the peer's time in the same
+    /// round (the lower middle one for an even count, as [`median_run`]);
+    /// `None` for no rounds.
+    pub ratio: Option<f64>,
+}
+
+/// Ours against the peer in each round where both measured the item: in
+/// how many ours was faster, and the median of the rounds' ratios. Round i of
+/// ours is set against round i of the peer, taken next to it (before or
+/// after), so the two met nearly the same machine. A ratio of the two sides'
+/// median rounds compares rounds taken apart in time; on a busy machine the
+/// rounds differ by more than the two sides do (a 16 MiB Gloo call took
+/// 6.6–22.8 ms from round to round beside two busy loops), and such a ratio
+/// can say one side was slower where it was faster in most pairings. `mine`
+/// and `theirs` pick the item in a round.
+pub fn pairings<T>(
     ours: &[Vec<T>],
     peer: &[Vec<T>],
     mine: impl Fn(&T) -> bool,
     theirs: impl Fn(&T) -> bool,
     time: impl Fn(&T) -> f64,
-) -> (usize, usize) {
-    ours.iter()
+) -> Pairings {
+    let pairs: Vec<(f64, f64)> = ours
+        .iter()
         .zip(peer)
-        .filter_map(|(o, p)| Some((o.iter().find(|x| mine(x))?, p.iter().find(|x| theirs(x))?)))
-        .fold((0, 0), |(won, of), (o, p)| {
-            (won + usize::from(time(o) < time(p)), of + 1)
+        .filter_map(|(o, p)| {
+            Some((
+                time(o.iter().find(|x| mine(x))?),
+                time(p.iter().find(|x| theirs(x))?),
+            ))
         })
+        .collect();
+    let ratios: Vec<f64> = pairs.iter().map(|(o, p)| o / p).collect();
+    Pairings {
+        won: pairs.iter().filter(|(o, p)| o < p).count(),
+        of: pairs.len(),
+        ratio: median_run(&ratios, |r| *r).copied(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{median_rounds, median_run, rounds_won};
+    use super::{Pairings, median_rounds, median_run, pairings};
 
     #[test]
     fn each_size_takes_its_own_median_round() {
@@ -95,7 +120,7 @@ mod tests {
     }
 
     #[test]
-    fn rounds_won_sets_each_round_against_the_peer_round_after_it() {
+    fn pairings_set_each_round_against_the_peer_round_beside_it() {
         // (size, time): ours fast in rounds 1 and 3, slow in round 2; the
         // peer's round 3 lacks size 8, and a fourth round of ours has no peer.
         let ours = vec![
@@ -107,12 +132,44 @@ mod tests {
         let peer = vec![
             vec![(4, 12.0), (8, 20.0)],
             vec![(4, 12.0), (8, 25.0)],
-            vec![(4, 12.0)],
+            vec![(4, 16.0)],
         ];
-        let won = |size: i32| rounds_won(&ours, &peer, |r| r.0 == size, |r| r.0 == size, |r| r.1);
-        assert_eq!(won(4), (2, 3));
-        // A tie (round 1) is no win; round 3 has no peer record for size 8.
-        assert_eq!(won(8), (1, 2));
-        assert_eq!(won(16), (0, 0));
+        let at = |size: i32| pairings(&ours, &peer, |r| r.0 == size, |r| r.0 == size, |r| r.1);
+        // Ratios 10/12, 30/12, 10/16: the middle one.
+        let p = at(4);
+        assert_eq!((p.won, p.of), (2, 3));
+        assert_eq!(p.ratio, Some(10.0 / 12.0));
+        // A tie (round 1) is no win; round 3 has no peer record for size 8;
+        // of two ratios (1.0, 0.8) the lower middle one.
+        assert_eq!(
+            at(8),
+            Pairings {
+                won: 1,
+                of: 2,
+                ratio: Some(0.8)
+            }
+        );
+        assert_eq!(
+            at(16),
+            Pairings {
+                won: 0,
+                of: 0,
+                ratio: None
+            }
+        );
+    }
+
+    /// What the paired ratio is for: the rounds swing more than the sides
+    /// differ. Ours is faster than the peer beside it in 3 of 5 rounds, yet
+    /// its median round is slower than the peer's median round.
+    #[test]
+    fn a_ratio_of_median_rounds_can_disagree_with_the_pairings() {
+        let ours: Vec<Vec<f64>> = [6.0, 7.0, 14.0, 20.0, 22.0].map(|t| vec![t]).into();
+        let peer: Vec<Vec<f64>> = [8.0, 9.0, 12.0, 21.0, 21.5].map(|t| vec![t]).into();
+        let median = |rounds: &[Vec<f64>]| *median_run(rounds, |r| r[0]).unwrap().first().unwrap();
+        assert!(median(&ours) / median(&peer) > 1.0);
+        let p = pairings(&ours, &peer, |_| true, |_| true, |t| *t);
+        assert_eq!((p.won, p.of), (3, 5));
+        assert!(p.ratio.unwrap() < 1.0, "{p:?}");
     }
 }
