@@ -81,8 +81,8 @@ pub struct BenchArgs {
     pub peer_script: Option<PathBuf>,
     /// With --peer: sweep ours and the peer this many times, in turn, in
     /// ABBA order (ours, peer, peer, ours, …: a machine whose state drifts
-    /// through the run favours neither side), and compare per size the round with the median
-    /// time on each side. On a busy machine the scheduler's state changes
+    /// through the run favours neither side), and compare per size the round
+    /// with the median time on each side. On a busy machine the scheduler's state changes
     /// from one sweep to the next (a small Gloo call took 45 µs in some runs
     /// and 130–215 in others beside the same two busy loops), so one sweep
     /// each compares two moments, not two libraries. The nccl-tests tables

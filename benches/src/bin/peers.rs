@@ -89,8 +89,9 @@ struct Args {
     timeout: u64,
     /// Run the implementations this many times, in turn, the order reversed
     /// every other run (A, B, B, A, …; with three, A B C, C B A), so a
-    /// machine whose state drifts through the runs favours none, and judge each size by the run with the median time: one run that
-    /// falls into a slow phase of a shared machine then decides nothing.
+    /// machine whose state drifts through the runs favours none, and judge
+    /// each size by the run with the median time: one run that falls into a
+    /// slow phase of a shared machine then decides nothing.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     repeat: u32,
     /// Exit non-zero also when a target is missed or could not be measured.
