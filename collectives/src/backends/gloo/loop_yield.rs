@@ -72,7 +72,13 @@
 //!   3 runs each in turn, in-place medians: idle 1 MiB 476 / 657 / 886 µs
 //!   (none / 20 / 100 µs), 16 MiB 6.3 / 7.3 / 8.0 ms; under `--load 2`
 //!   16 MiB 11.3 against 12.7 ms, 64 MiB 54 against 58 (none / 20 µs). On two
-//!   cores the spinning worker takes the core its own loop needs.
+//!   cores the spinning worker takes the core its own loop needs;
+//! - the loop polling before it sleeps, as torch's loop keeps its core
+//!   (`epoll_wait` with no timeout, repeated for up to 50 or 200 µs, before
+//!   the blocking one), same command and medians: idle 1 MiB 582 / 657 / 791
+//!   µs (none / 50 / 200 µs), 16 MiB 7.7 / 8.3 / 10.3 ms; under `--load 2`
+//!   (4 runs each) 1 MiB 609 against 762 µs, 4 MiB 2.1 against 3.3 ms,
+//!   16 MiB 15.8 against 19.2, 64 MiB 105 against 93 (none / 50 µs).
 //!
 //! `RINGSIDE_GLOO_LOOP_YIELD=off` leaves Gloo's loop as Debian ships it, for
 //! comparing. On architectures other than x86-64 and AArch64, or where libgloo
