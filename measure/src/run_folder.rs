@@ -27,7 +27,9 @@ pub const PARTIAL_DIR: &str = ".partial";
 /// process to start runs within one microsecond (or a clock set back).
 const MAX_TRIES: u32 = 1000;
 
-/// A run's results folder while it is written: see the [module docs](self).
+/// A run's results folder while it is written: under `<parent>/.partial/`
+/// until [`RunFolder::finish`] renames it beside the finished runs; dropped
+/// unfinished, it is removed, so a failed run is never "the newest run".
 #[derive(Debug)]
 pub struct RunFolder {
     parent: PathBuf,
