@@ -31,7 +31,7 @@ pub struct TourArgs {
     /// Largest all_reduce in the sweep.
     #[arg(long, default_value = "64M", value_parser = collectives::job::parse_size)]
     pub max_bytes: usize,
-    /// Where results and the report go (default: results/<UTC time>/).
+    /// Where results and the report go (default: `results/<UTC time>/`).
     #[arg(long)]
     pub out: Option<std::path::PathBuf>,
     /// Skip the torch.distributed peer.

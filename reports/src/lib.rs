@@ -33,9 +33,10 @@ pub use dataset::{Dataset, Entry, MAX_TIME_US, Series, Source};
 pub use error::{Error, Result};
 pub use figure::render_figure;
 pub use fit::{
-    AlphaBeta, Crossover, Fit, Join, MAX_REGIMES, MIN_SIZES_AFTER_BREAK, MIN_SIZES_FIRST,
-    OneRegime, PARALLEL_SLOPES, PLATEAU_FACTOR, Pinned, Reduction, Regime, Regimes, SeriesFit,
-    Side, fit_alpha_beta, fit_dataset, fit_regimes, fits_cross, lines_cross, predict_crossover,
+    AlphaBeta, Crossover, Fit, Join, LatencyStep, MAX_REGIMES, MIN_SIZES_AFTER_BREAK,
+    MIN_SIZES_FIRST, OneRegime, PARALLEL_SLOPES, PLATEAU_FACTOR, Pinned, Reduction, Regime,
+    Regimes, SeriesFit, Side, fit_alpha_beta, fit_dataset, fit_regimes, fits_cross, lines_cross,
+    predict_crossover,
 };
 pub use html::{MAX_TABLE_ROWS, Page, escape_html, render_html};
 pub use predict::{

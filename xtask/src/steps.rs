@@ -67,6 +67,17 @@ pub const TEST_STEPS: &[Step] = &[
             "warnings",
         ]),
     },
+    Step {
+        name: "doc",
+        about: "the API docs build: every intra-doc link resolves, warnings as errors",
+        action: Action::Cargo(&[
+            "doc",
+            "--workspace",
+            "--no-deps",
+            "--config",
+            "build.rustdocflags=[\"-D\", \"warnings\"]",
+        ]),
+    },
 ];
 
 /// Prints the step names.

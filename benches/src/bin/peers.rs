@@ -777,7 +777,7 @@ fn plan_ringside_mpi(args: &Args, sweep: &Sweep) -> Result<Plan> {
     Ok(Plan::Run(vec![cmd], None))
 }
 
-/// `ringside` in the same directory as this executable (target/<profile>/).
+/// `ringside` in the same directory as this executable (`target/<profile>/`).
 fn default_ringside() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let p = exe.parent()?.join("ringside");

@@ -3,8 +3,8 @@
 //! times stands in for a real one, so the right answer is known to within
 //! the machine's sleep overshoot, and each usual mistake gives a number far
 //! from it: rank r sleeps 10·(r + 1) ms per timed iteration, iteration
-//! [`SLOW`] is 100 ms longer on every rank, and every call before the first
-//! timed one sleeps [`WARM_MS`] ms. On 3 ranks the slowest rank's times are
+//! `SLOW` is 100 ms longer on every rank, and every call before the first
+//! timed one sleeps `WARM_MS` ms. On 3 ranks the slowest rank's times are
 //! 30, 30, 130, 30, 30 ms: median 30, mean 50.
 
 #[cfg(test)]

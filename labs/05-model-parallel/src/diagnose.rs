@@ -119,7 +119,7 @@ fn order(kind: Kind, list: &[Action], m: usize, on: &str) -> Option<String> {
 }
 
 /// Names the first mistake found in the lists of `actions` (a schedule of
-/// `kind`) on [`SHAPES`]; `None` when every list is right or cannot be had (an
+/// `kind`) on `SHAPES`; `None` when every list is right or cannot be had (an
 /// unsolved exercise: its own error says so).
 pub fn diagnose(kind: Kind, actions: ActionsFn) -> Option<String> {
     for (stages, m) in SHAPES {

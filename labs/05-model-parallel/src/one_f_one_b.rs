@@ -3,7 +3,7 @@
 //! fit together ([`plan`]), GPipe's bubble on equal stages ([`check::bubble`]),
 //! at most `S − s` micro-batches held on stage `s` ([`peak_in_flight`]), and
 //! training equal to the unsplit model ([`check::equivalence`]). When one
-//! fails, [`diagnose`] reads the lists for the mistake behind it: the number of
+//! fails, `diagnose` reads the lists for the mistake behind it: the number of
 //! forwards each stage runs before its first backward (its warm-up, plus the
 //! first forward of the steady state) tells a deadlock, no warm-up, a warm-up
 //! of the wrong length and GPipe's order apart.
@@ -157,7 +157,7 @@ fn diagnose(lists: &[Vec<Action>], m: usize) -> Option<String> {
     ))
 }
 
-/// The stretch goal's check: on [`SHAPES`], `f`'s lists are complete and fit
+/// The stretch goal's check: on `SHAPES`, `f`'s lists are complete and fit
 /// together, idle as GPipe on equal stages, and hold at most `S − s`
 /// micro-batches on stage `s`; then ringside's pipeline trains the MLP with
 /// them like the unsplit model. Returns what passed, with the peaks beside

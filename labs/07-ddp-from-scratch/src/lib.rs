@@ -1,5 +1,5 @@
 //! Lab 7: DDP from scratch. The learner's [`exercise::YourSync`] implements
-//! trainers' seam [`GradSync`] in three steps; trainers' [`Ddp`] runs it. Each
+//! trainers' seam [`GradSync`] in three steps; trainers' [`Ddp`](trainers::ddp::Ddp) runs it. Each
 //! step is checked with trainers' own pieces ([`Standard`]) standing in for the
 //! later steps ([`Upto`]); the solution is [`Standard`] itself.
 //!

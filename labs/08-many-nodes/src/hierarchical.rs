@@ -10,7 +10,7 @@
 //! were of element i. A counting layer under the transport records the bytes
 //! each rank sends to ranks on other nodes; the flat ring (the backend's own)
 //! runs through the same layer, and the hierarchical one must send fewer.
-//! Every wait is bounded by [`WAIT`]: a deadlock is an error within seconds.
+//! Every wait is bounded by `WAIT`: a deadlock is an error within seconds.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -115,7 +115,7 @@ pub fn check(variant: Variant) -> Result<String, LabError> {
     check_path(path(variant))
 }
 
-/// [`check`] for any gradient path: first the probe of [`diagnose`] (which
+/// [`check()`] for any gradient path: first the probe of [`diagnose`] (which
 /// names a known mistake by its values), then the training against DDP, then
 /// the bytes.
 pub fn check_path(path: Arc<dyn GradPath>) -> Result<String, LabError> {

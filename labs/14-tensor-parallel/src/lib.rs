@@ -10,7 +10,7 @@
 //!
 //! The optional stretch goal, the column-parallel layer with its output
 //! gathered, is the learner's `src/stretch.rs`, compiled only by its own check
-//! `tests/stretch.rs`; [`column`] judges it against the unsplit layer, and its
+//! `tests/stretch.rs`; [`column`](mod@column) judges it against the unsplit layer, and its
 //! solution is [`solution::column_forward`] (trainers' model never gathers a
 //! column-parallel output: [`solution`] says why).
 
@@ -99,7 +99,7 @@ pub fn check(variant: Variant) -> Result<String, LabError> {
     check_row(row(variant))
 }
 
-/// [`check`] for any row-parallel forward: first the probe of [`diagnose`],
+/// [`check()`] for any row-parallel forward: first the probe of [`diagnose`],
 /// then the training against the unsplit MLP.
 pub fn check_row(row: Arc<dyn RowForward>) -> Result<String, LabError> {
     if let Some(why) = diagnose(row.clone()) {

@@ -21,8 +21,8 @@ mod versus;
 
 pub use alpha_beta::{AlphaBeta, Fit, Pinned, fit_alpha_beta};
 pub use regimes::{
-    Join, MAX_REGIMES, MIN_SIZES_AFTER_BREAK, MIN_SIZES_FIRST, OneRegime, PLATEAU_FACTOR,
-    Reduction, Regime, Regimes, fit_regimes,
+    Join, LatencyStep, MAX_REGIMES, MIN_SIZES_AFTER_BREAK, MIN_SIZES_FIRST, OneRegime,
+    PLATEAU_FACTOR, Reduction, Regime, Regimes, fit_regimes,
 };
 pub use versus::{Crossover, PARALLEL_SLOPES, Side, fits_cross, lines_cross, predict_crossover};
 
