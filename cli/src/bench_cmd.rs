@@ -406,7 +406,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         // The order swaps every round (ours first in odd rounds, the peer
         // first in even ones), so a machine whose state drifts through the
         // run favours neither side: each pair of rounds is ABBA.
-        let peer_first = torch_peer::goes_first(round);
+        let peer_first = measure::reversed_round(round);
         if !first {
             say(&format!(
                 "# round {round}/{rounds}: {} (timing only)",

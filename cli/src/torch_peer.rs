@@ -53,14 +53,6 @@ pub fn cuda_present() -> bool {
     Path::new("/dev/nvidia0").exists() || Path::new("/dev/nvidiactl").exists()
 }
 
-/// Whether the peer runs before ours in round `round` (from 1) of a repeated
-/// comparison (`bench --repeat`, `tour --repeat`): in even rounds, so rounds
-/// come in ABBA order (ours, peer, peer, ours, …) and a machine whose state
-/// drifts through the run favours neither side.
-pub fn goes_first(round: u32) -> bool {
-    round % 2 == 0
-}
-
 /// Runs the torch peer on every rank (each rank starts one Python process, so
 /// it works under any launcher); rank 0 returns the records it printed.
 ///

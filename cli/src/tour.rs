@@ -172,7 +172,7 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
             .zip(rounds_of.iter_mut())
             .zip(cores_of.iter_mut())
             .collect();
-        let peer_first = torch_peer::goes_first(round);
+        let peer_first = measure::reversed_round(round);
         if peer_first {
             order.reverse();
             peer_round(round);

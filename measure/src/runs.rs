@@ -42,6 +42,15 @@ pub fn median_rounds<T, K: PartialEq>(
         .collect()
 }
 
+/// Whether round `round` (from 1) of a repeated comparison runs its sides in
+/// reverse order: the even rounds, so rounds come in ABBA order (ours, peer,
+/// peer, ours, …; with more sides A B C, C B A) and a machine whose state
+/// drifts through the run favours no side. `ringside bench`, the tour and
+/// `peers` all follow it.
+pub fn reversed_round(round: u32) -> bool {
+    round % 2 == 0
+}
+
 /// Ours set against the peer round by round ([`pairings`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Pairings {

@@ -403,11 +403,11 @@ fn real_main() -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Puts run `run`'s (from 1) implementations in their order: as listed in odd
-/// runs, reversed in even ones (A B C, C B A, …), so each implementation meets
-/// a drifting machine as early as late over the runs.
+/// Puts run `run`'s (from 1) implementations in their order: as listed, or
+/// reversed in the runs [`measure::reversed_round`] names (A B C, C B A, …),
+/// so each implementation meets a drifting machine as early as late.
 fn in_turn<T>(run: u32, items: &mut [T]) {
-    if run % 2 == 0 {
+    if measure::reversed_round(run) {
         items.reverse();
     }
 }
