@@ -190,6 +190,22 @@ impl Target {
         }
     }
 
+    /// The median of `values` (not empty); of the middle two of an even
+    /// count, the one that reads worse for this target, so a tie between two
+    /// runs never flatters ringside.
+    pub fn median(&self, values: &[f64]) -> f64 {
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 {
+            return v[n / 2];
+        }
+        match self.metric {
+            Metric::Busbw => v[n / 2 - 1],
+            Metric::Latency | Metric::OverheadUs => v[n / 2],
+        }
+    }
+
     /// Whether `ratio` meets the bound.
     pub fn passes(&self, ratio: f64) -> bool {
         match self.metric {
@@ -252,6 +268,11 @@ pub struct Ratio {
     /// so on nearly the same machine). The verdict above judges the median
     /// runs; this shows how far a busy machine moves it.
     pub met_in: Option<(usize, usize)>,
+    /// For the same cells: the median over those pairs of each pair's own
+    /// value ([`Target::median`]). The verdict sets the two sides' median runs against each other,
+    /// runs that may have met different phases of the machine; this sets each
+    /// run only against the one taken beside it.
+    pub paired: Option<f64>,
 }
 
 /// The verdict over all targets of a run.
@@ -309,17 +330,22 @@ pub fn ratios(
                         .each_run(target.ours, bytes)
                         .iter()
                         .zip(results.each_run(target.theirs, bytes));
-                    let met_in = (judged && pairs.len() > 1).then(|| {
-                        pairs.fold((0, 0), |(met, of), (o, t)| {
-                            (met + usize::from(target.passes(target.ratio(o, t))), of + 1)
-                        })
+                    let each: Vec<f64> = pairs.map(|(o, t)| target.ratio(o, t)).collect();
+                    let repeated = judged && each.len() > 1;
+                    let met_in = repeated.then(|| {
+                        (
+                            each.iter().filter(|v| target.passes(**v)).count(),
+                            each.len(),
+                        )
                     });
+                    let paired = repeated.then(|| target.median(&each));
                     cells.push(Ratio {
                         target,
                         bytes,
                         value,
                         verdict,
                         met_in,
+                        paired,
                     });
                 }
                 _ if judged => summary.unmeasured.push((target.name, bytes)),
@@ -405,8 +431,11 @@ pub fn format_judged(value: f64, bound: f64) -> String {
 
 /// The ratio table: one column per target with data, one row per size.
 /// `ok`/`MISS` mark judged cells, followed for repeated runs by the runs
-/// that met the target (`2/3`); bare numbers are informational.
+/// that met the target (`2/3`) and the paired value (`~0.06`,
+/// [`Ratio::paired`]); bare numbers are informational.
 pub fn ratio_table(cells: &[Ratio], sizes: &[u64]) -> String {
+    // Wide enough for `0.1040 MISS 12/15 ~0.0960`.
+    const CELL: usize = 24;
     let mut targets: Vec<Target> = Vec::new();
     for c in cells {
         if !targets.iter().any(|t| t.name == c.target.name) {
@@ -419,7 +448,7 @@ pub fn ratio_table(cells: &[Ratio], sizes: &[u64]) -> String {
     let mut out = String::new();
     let _ = write!(out, "{:>10}", "size");
     for t in &targets {
-        let _ = write!(out, "  {:>16}", t.name);
+        let _ = write!(out, "  {:>CELL$}", t.name);
     }
     out.push('\n');
     let _ = write!(out, "{:>10}", "target");
@@ -428,7 +457,7 @@ pub fn ratio_table(cells: &[Ratio], sizes: &[u64]) -> String {
             Metric::Busbw => ">=",
             Metric::Latency | Metric::OverheadUs => "<=",
         };
-        let _ = write!(out, "  {:>16}", format!("{cmp} {}", t.bound));
+        let _ = write!(out, "  {:>CELL$}", format!("{cmp} {}", t.bound));
     }
     out.push('\n');
     for &bytes in sizes {
@@ -442,6 +471,10 @@ pub fn ratio_table(cells: &[Ratio], sizes: &[u64]) -> String {
                     let runs = c
                         .met_in
                         .map_or_else(String::new, |(k, n)| format!(" {k}/{n}"));
+                    let paired = c.paired.map_or_else(String::new, |p| {
+                        format!(" ~{}", format_judged(p, c.target.bound))
+                    });
+                    let runs = format!("{runs}{paired}");
                     match c.verdict {
                         Verdict::Pass => format!("{v} ok{runs}"),
                         Verdict::Miss => format!("{v} MISS{runs}"),
@@ -449,7 +482,7 @@ pub fn ratio_table(cells: &[Ratio], sizes: &[u64]) -> String {
                     }
                 })
                 .unwrap_or_else(|| "-".to_string());
-            let _ = write!(out, "  {cell:>16}");
+            let _ = write!(out, "  {cell:>CELL$}");
         }
         out.push('\n');
     }
@@ -521,10 +554,14 @@ mod tests {
         // Runs 1 and 3 met the busbw target, run 2 did not (the third
         // ringside run has no library run to be set against).
         assert_eq!(cells[0].met_in, Some((1, 2)));
+        // Of the two pairs' own busbw ratios (150/100 and 140/900) the lower
+        // one: for busbw the worse.
+        assert_eq!(cells[0].paired, Some(140.0 / 900.0));
         // Not judged at 1 MiB: no count.
         assert_eq!(cells[1].met_in, None);
+        assert_eq!(cells[1].paired, None);
         let rt = ratio_table(&cells, &[1 << 20]);
-        assert!(rt.contains("1.27 ok 1/2"), "{rt}");
+        assert!(rt.contains("1.27 ok 1/2 ~0.16"), "{rt}");
     }
 
     #[test]
@@ -542,14 +579,27 @@ mod tests {
         // (missed) and +0.0625.
         assert_eq!(cells[0].verdict, Verdict::Pass, "{cells:?}");
         assert_eq!(cells[0].met_in, Some((2, 3)));
+        assert_eq!(cells[0].paired, Some(0.0625));
         assert!(summary.all_met());
         // A single run has nothing to count.
         let one = two_impls(2, 1 << 20, 80.0, 100.0);
         let (cells, _) = ratios(&one, &SHM_MPI, 2, &[1 << 20]);
         assert_eq!(cells[0].met_in, None);
+        assert_eq!(cells[0].paired, None);
         let rt = ratio_table(&cells, &[1 << 20]);
         let row = rt.lines().find(|l| l.contains("1 MiB")).unwrap_or_default();
-        assert!(row.contains("1.25 ok") && !row.contains('/'), "{rt}");
+        assert!(
+            row.contains("1.25 ok") && !row.contains('/') && !row.contains('~'),
+            "{rt}"
+        );
+    }
+
+    #[test]
+    fn of_an_even_count_the_paired_median_is_the_middle_value_that_reads_worse() {
+        let [bw, .., overhead] = TARGETS;
+        assert_eq!(bw.median(&[1.3, 0.9, 1.1, 2.0]), 1.1);
+        assert_eq!(overhead.median(&[0.02, 0.12, 0.08, 0.5]), 0.12);
+        assert_eq!(overhead.median(&[0.3, 0.1, 0.2]), 0.2);
     }
 
     #[test]

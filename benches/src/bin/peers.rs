@@ -338,7 +338,7 @@ fn real_main() -> Result<ExitCode> {
         println!();
         if !table.is_empty() {
             println!(
-                "ratios ringside / library (ok/MISS: a target at this size, and with --repeat the runs that met it, each set against the library's run of the same round; bare: for information)"
+                "ratios ringside / library (ok/MISS: a target at this size, and with --repeat the runs that met it, each set against the library's run of the same round, and ~ the median of those runs' own values; bare: for information)"
             );
             print!("{table}");
             println!();
@@ -370,8 +370,13 @@ fn real_main() -> Result<ExitCode> {
             let runs = cells
                 .iter()
                 .find(|c| c.target.name == *name && c.bytes == *bytes)
-                .and_then(|c| c.met_in)
-                .map_or_else(String::new, |(k, n)| format!(" (met in {k} of {n} runs)"));
+                .and_then(|c| Some((c.met_in?, c.paired?, c.target.bound)))
+                .map_or_else(String::new, |((k, n), p, bound)| {
+                    format!(
+                        " (met in {k} of {n} runs; paired {})",
+                        report::format_judged(p, bound)
+                    )
+                });
             println!("  missed {name} at {}: {shown}{runs}", format_size(*bytes));
         }
         if copy_bound == Some(false) {
