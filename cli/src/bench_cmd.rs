@@ -19,7 +19,7 @@ use collectives::{Backend, Collective, DType, ReduceOp};
 use crate::cpu_share;
 use crate::label;
 use crate::progress;
-use crate::torch_peer::{self, PeerSweep, cuda_present};
+use crate::torch_peer::{self, PeerRun, PeerSweep, cuda_present};
 use collectives::job::{LoadArgs, SizeArgs, parse_size};
 use collectives::launch::Load;
 use measure::manifest;
@@ -393,7 +393,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     let rounds = args.repeat;
     // Per round, ours and the peer's records, for the side-by-side table.
     let mut ours_rounds: Vec<Vec<Record>> = Vec::new();
-    let mut peer_rounds: Vec<Vec<Record>> = Vec::new();
+    let mut peer_runs: Vec<PeerRun> = Vec::new();
+    // Per round and label: the cores the job's ranks used while timed.
+    let mut ours_cores: Vec<(String, f64)> = Vec::new();
     // Labels that could not connect in round 1 (said so then) are skipped.
     let mut unavailable: Vec<&str> = Vec::new();
     for round in 1..=rounds {
@@ -418,7 +420,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             ));
         }
         if peer_first && let Some(sweep) = &peer_sweep {
-            peer_rounds.push(peer_round(
+            peer_runs.push(peer_round(
                 sweep, &rdv, round, timeout, lead, &args, &mut wrong,
             )?);
         }
@@ -522,15 +524,33 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                 "# CPU the {world} ranks used while timed: {cores:.2} cores{}",
                 cpu_share::of_host(cpu_share::host_cores(world, rdv.info.local_world_size))
             ));
+            ours_cores.push((label.name.clone(), cores));
         }
         ours_rounds.push(ours);
         if !peer_first && let Some(sweep) = &peer_sweep {
-            peer_rounds.push(peer_round(
+            peer_runs.push(peer_round(
                 sweep, &rdv, round, timeout, lead, &args, &mut wrong,
             )?);
         }
     }
+    let (peer_rounds, peer_cores): (Vec<Vec<Record>>, Vec<Option<f64>>) = peer_runs
+        .into_iter()
+        .map(|run| (run.records, run.cores))
+        .unzip();
     if args.peer.is_some() && lead {
+        // The median round's cores of a label, ours or the peer's.
+        let cores_of = |name: &str| {
+            let rounds: Vec<f64> = if peer_rounds.iter().flatten().any(|r| r.label == name) {
+                peer_cores.iter().flatten().copied().collect()
+            } else {
+                ours_cores
+                    .iter()
+                    .filter(|(label, _)| label == name)
+                    .map(|(_, c)| *c)
+                    .collect()
+            };
+            measure::median_run(&rounds, |c| *c).copied()
+        };
         let key = |r: &Record| (r.label.clone(), r.collective, r.bytes, r.in_place);
         let ours: Vec<Record> = median_rounds(&ours_rounds, key, |r| r.median_us)
             .into_iter()
@@ -558,7 +578,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                 &peer,
                 &Load::describe(args.load.load),
                 rounds,
-                paired
+                paired,
+                cores_of
             )
         );
         if rounds > 1 {
@@ -601,8 +622,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     Ok(if total[0] == 0 && ran_any { 0 } else { 1 })
 }
 
-/// One round of the peer: its records, its wrong results counted on the lead
-/// rank, and in round 1 its nccl-tests table printed there.
+/// One round of the peer: its records and cores, its wrong results counted on
+/// the lead rank, and in round 1 its nccl-tests table and cores printed there.
 fn peer_round(
     sweep: &PeerSweep<'_>,
     rdv: &collectives::rendezvous::env::Rendezvous,
@@ -611,15 +632,22 @@ fn peer_round(
     lead: bool,
     args: &BenchArgs,
     wrong: &mut i64,
-) -> anyhow::Result<Vec<Record>> {
-    let records = torch_peer::run(sweep, rdv, round, timeout)?;
+) -> anyhow::Result<PeerRun> {
+    let run = torch_peer::run(sweep, rdv, round, timeout)?;
     if lead {
-        *wrong += peer_wrong(&records);
+        *wrong += peer_wrong(&run.records);
         if round == 1 {
-            print_peer(&records, args);
+            print_peer(&run.records, args);
+            if let Some(cores) = run.cores {
+                let world = rdv.info.world_size;
+                println!(
+                    "# CPU the peer's {world} ranks used while timed: {cores:.2} cores{}",
+                    cpu_share::of_host(cpu_share::host_cores(world, rdv.info.local_world_size))
+                );
+            }
         }
     }
-    Ok(records)
+    Ok(run)
 }
 
 /// One table per (our label, collective): each size's median time beside the
@@ -627,13 +655,15 @@ fn peer_round(
 /// and with more than one round, `paired(record)` ([`pairings`]): the median
 /// of the rounds' own ratios and in how many rounds ours was the faster.
 /// Sides are matched by form (in place or not); torch has only one form of
-/// several collectives, so only that form is compared there.
+/// several collectives, so only that form is compared there. `cores(label)`:
+/// the cores a side's ranks used while timed (median round), if known.
 fn side_by_side(
     ours: &[Record],
     peer: &[Record],
     load: &str,
     rounds: u32,
     paired: impl Fn(&Record) -> Pairings,
+    cores: impl Fn(&str) -> Option<f64>,
 ) -> String {
     let repeated = rounds > 1;
     let mut out = String::new();
@@ -694,6 +724,13 @@ fn side_by_side(
         out.push_str(&format!(
             "#\n# {label} vs {peer_label} {collective}: median time per size{of_rounds}, ratio = {label} / {peer_label} (< 1: {label} faster)\n# {load}\n"
         ));
+        if let (Some(a), Some(b)) = (cores(label), cores(peer_label)) {
+            // Beside a load, a side's large sizes follow its share of the
+            // cores as much as its design (`cpu_share`).
+            out.push_str(&format!(
+                "# CPU the ranks used while timed (median round), in cores: {label} {a:.2}, {peer_label} {b:.2}\n"
+            ));
+        }
         if repeated {
             out.push_str(&format!(
                 "# paired: the median over rounds of that round's own ratio; won: in how many rounds {label} was faster than the {peer_label} round taken next to it (rounds run in ABBA order)\n"
@@ -815,7 +852,16 @@ mod tests {
                 ratio: Some(ratio),
             }
         };
-        let table = side_by_side(&ours, &peer, "idle", 3, won);
+        let cores = |label: &str| match label {
+            "gloo" => Some(1.234),
+            "torch-gloo" => Some(0.9),
+            _ => None,
+        };
+        let table = side_by_side(&ours, &peer, "idle", 3, won, cores);
+        assert!(
+            table.contains("(median round), in cores: gloo 1.23, torch-gloo 0.90\n"),
+            "{table}"
+        );
         let row = |size: &str| {
             table
                 .lines()
@@ -838,7 +884,8 @@ mod tests {
         );
         let header = table.lines().find(|l| l.contains("size (B)")).unwrap();
         assert_eq!(header.len(), row("64").len(), "\n{header}\n{}", row("64"));
-        let once = side_by_side(&ours, &peer, "idle", 1, won);
+        let once = side_by_side(&ours, &peer, "idle", 1, won, |_| None);
+        assert!(!once.contains("CPU"), "{once}");
         assert!(!once.contains("won") && !once.contains("paired"), "{once}");
         assert!(once.contains(" 1.20\n"), "{once}");
         assert!(once.contains("worst ratio 1.20 over 2 sizes\n"), "{once}");

@@ -6,10 +6,12 @@ MASTER_ADDR, MASTER_PORT, LOCAL_RANK), e.g.
 
     .ringside/venv/bin/torchrun --nproc-per-node 2 cli/src/torch_peer.py -b 8 -e 64M
 
-Rank 0 prints one JSON record per line (the record format of
-/work/notes/results-format.md: label "torch-gloo"/"torch-nccl", backend
-"torch", algo = the torch backend, peer true). Notes (skipped forms, unsupported
-collectives) go to stderr.
+Rank 0 prints one JSON record per line (ringside's results record,
+measure/src/record.rs: label "torch-gloo"/"torch-nccl", backend
+"torch", algo = the torch backend, peer true), then one line
+{"cpu_cores": C, "ranks": N}: the cores the N ranks used while timed, each
+rank's CPU time (all its threads) over its wall time in the sweeps, summed.
+Notes (skipped forms, unsupported collectives) go to stderr.
 
 Timing rule (the same as ringside's bench): per size, W warm-up calls, then N
 iterations of {barrier; t0; collective; t1} (CUDA: synchronize before t1).
@@ -211,6 +213,11 @@ class Peer:
             "max": dist.ReduceOp.MAX, "avg": dist.ReduceOp.AVG,
         }[args.op]
         self.label = f"torch-{args.backend}"
+        # This process's CPU time and wall time over the timed sweeps (the
+        # sizes' warm-up, timed and checked calls), as ringside's ranks meter
+        # theirs (cli/src/cpu_share.rs): imports and set-up stay outside.
+        self.cpu_s = 0.0
+        self.wall_s = 0.0
 
     # ---- values -----------------------------------------------------------------
     # Element i of rank q's input: (q + i) % 7, or (q + i) % 3 + 1 for products
@@ -542,6 +549,7 @@ class Peer:
                 forms.append(ip)
             if not forms:
                 continue
+            cpu0, wall0 = time.process_time(), time.perf_counter()
             for s in sizes(a.minbytes, a.maxbytes, a.stepfactor):
                 count = s // self.dsize
                 if coll in BLOCKED:
@@ -556,7 +564,18 @@ class Peer:
                     if r == 0:
                         rec = self.record(coll, count * self.dsize, count, ip, stats)
                         print(json.dumps(rec), flush=True)
+            self.cpu_s += time.process_time() - cpu0
+            self.wall_s += time.perf_counter() - wall0
         return total_wrong
+
+    def job_cores(self):
+        """Cores the job used while timed: each rank's CPU time over its wall
+        time (every thread of the process: Gloo's too), summed over the ranks.
+        A collective: every rank calls it."""
+        mine = self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+        t = self.torch.tensor([mine], dtype=self.torch.float64, device=self.device)
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.SUM)
+        return t.item()
 
 
 def main(argv=None):
@@ -598,6 +617,9 @@ def main(argv=None):
         note(rank, f"torch {torch.__version__}, backend {a.backend}, world {world}, "
                    f"times combined across ranks by {a.combine}")
         wrong = peer.run()
+        cores = peer.job_cores()
+        if rank == 0:
+            print(json.dumps({"cpu_cores": cores, "ranks": world}), flush=True)
         dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -53,8 +53,26 @@ pub fn cuda_present() -> bool {
     Path::new("/dev/nvidia0").exists() || Path::new("/dev/nvidiactl").exists()
 }
 
+/// What one run of the peer gave (on rank 0; other ranks get nothing).
+#[derive(Debug, Default)]
+pub struct PeerRun {
+    /// Its records.
+    pub records: Vec<Record>,
+    /// The cores its ranks used while timed, summed over them (the figure
+    /// ringside's own ranks print, [`crate::cpu_share`]), if it said.
+    pub cores: Option<f64>,
+}
+
+/// The cores in the peer's `{"cpu_cores": C, "ranks": N}` line, if `line` is
+/// one.
+fn cpu_cores(line: &str) -> Option<f64> {
+    let value: serde_json::Value = serde_json::from_str(line.trim()).ok()?;
+    value.get("cpu_cores")?.as_f64()
+}
+
 /// Runs the torch peer on every rank (each rank starts one Python process, so
-/// it works under any launcher); rank 0 returns the records it printed.
+/// it works under any launcher); rank 0 returns the records it printed and
+/// the cores its ranks used.
 ///
 /// `run_id` tells this job's peer runs apart (the tour runs the peer once
 /// per round): each publishes its torch.distributed port under its own
@@ -64,7 +82,7 @@ pub fn run(
     rdv: &Rendezvous,
     run_id: u32,
     timeout: Duration,
-) -> anyhow::Result<Vec<Record>> {
+) -> anyhow::Result<PeerRun> {
     let python = sweep
         .python
         .clone()
@@ -136,13 +154,15 @@ pub fn run(
     // script's own timeout, and this bounds the whole.
     let budget = timeout.saturating_mul(20).max(Duration::from_secs(600));
     let lines = collect_lines(child, budget)?;
-    let mut records = Vec::new();
+    let mut run = PeerRun::default();
     for line in &lines {
         if let Some(r) = measure::parse_line(line).context("the torch peer's output")? {
-            records.push(r);
+            run.records.push(r);
+        } else if let Some(c) = cpu_cores(line) {
+            run.cores = Some(c);
         }
     }
-    Ok(records)
+    Ok(run)
 }
 
 /// The script beside this source file: cli's own folder, so no other

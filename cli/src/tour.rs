@@ -153,11 +153,16 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
         script: None,
     };
     let mut peer_rounds: Vec<Vec<measure::Record>> = Vec::new();
+    // Per round: the cores the peer's ranks used while timed (rank 0 only).
+    let mut peer_cores: Vec<f64> = Vec::new();
     let mut peer_failed: Option<String> = None;
     let mut peer_round = |round: u32| {
         if !args.no_peer && peer_failed.is_none() {
             match torch_peer::run(&sweep, &rdv, round, timeout) {
-                Ok(records) => peer_rounds.push(records),
+                Ok(run) => {
+                    peer_rounds.push(run.records);
+                    peer_cores.extend(run.cores);
+                }
                 Err(e) => peer_failed = Some(format!("{e:#}")),
             }
         }
@@ -288,6 +293,7 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
     }
     say(cpu_line(
         &shares,
+        measure::median_run(&peer_cores, |c| *c).copied(),
         rdv.info.world_size,
         cpu_share::host_cores(rdv.info.world_size, rdv.info.local_world_size),
         args.load.load,
@@ -330,12 +336,20 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
 }
 
 /// The line under the sweep's table: the cores the job's ranks used while each
-/// backend was timed, and under `--load` what that means for the ranking.
-fn cpu_line(shares: &[(&Label, f64)], ranks: usize, host: Option<usize>, load: usize) -> String {
-    let each: Vec<String> = shares
+/// backend was timed, and the torch peer's (step 3) while it was, the median
+/// round of each; under `--load` what that means for the ranking.
+fn cpu_line(
+    shares: &[(&Label, f64)],
+    peer: Option<f64>,
+    ranks: usize,
+    host: Option<usize>,
+    load: usize,
+) -> String {
+    let mut each: Vec<String> = shares
         .iter()
         .map(|(label, c)| format!("{} {c:.2}", label.column().trim()))
         .collect();
+    each.extend(peer.map(|c| format!("torch-gloo {c:.2}")));
     let mut line = format!(
         "   CPU the {ranks} ranks used while timed, in cores{}: {}",
         cpu_share::of_host(host),
@@ -382,14 +396,19 @@ mod tests {
         )
         .unwrap();
         let shares = vec![(&labels[0], 0.63), (&labels[1], 1.641)];
-        let idle = cpu_line(&shares, 2, Some(2), 0);
+        let idle = cpu_line(&shares, None, 2, Some(2), 0);
         assert_eq!(
             idle,
             "   CPU the 2 ranks used while timed, in cores (this host has 2): ref-shm 0.63, gloo 1.64"
         );
-        let loaded = cpu_line(&shares, 2, Some(2), 2);
+        let loaded = cpu_line(&shares, None, 2, Some(2), 2);
         assert!(loaded.starts_with(&idle), "{loaded}");
         assert!(loaded.contains("the busy loops got the rest"), "{loaded}");
-        assert!(!cpu_line(&shares, 2, None, 0).contains("this host"));
+        assert!(!cpu_line(&shares, None, 2, None, 0).contains("this host"));
+        // The torch peer's share comes last, named as its column is.
+        assert!(
+            cpu_line(&shares, Some(1.204), 2, Some(2), 0).ends_with("gloo 1.64, torch-gloo 1.20"),
+            "the peer's share"
+        );
     }
 }

@@ -287,10 +287,13 @@ fn bench_repeat_takes_turns_with_the_peer_in_abba_order_and_keeps_each_sides_med
         stdout.contains("faster in most rounds at ") && stdout.contains("   paired     won"),
         "{stdout}"
     );
-    // Round 1 says how much CPU our ranks got while timed.
+    // Round 1 says how much CPU our ranks and the peer's got while timed,
+    // and the side-by-side table both sides' median rounds.
     assert!(
         stdout.contains("# CPU the 2 ranks used while timed: ")
-            && stdout.contains(" cores (this host has "),
+            && stdout.contains("# CPU the peer's 2 ranks used while timed: ")
+            && stdout.contains(" cores (this host has ")
+            && stdout.contains("(median round), in cores: reference-tcp "),
         "{stdout}"
     );
     // Round 1's nccl-tests tables only: ours in both forms, torch in place.
