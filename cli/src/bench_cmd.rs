@@ -395,7 +395,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     let mut ours_rounds: Vec<Vec<Record>> = Vec::new();
     let mut peer_runs: Vec<PeerRun> = Vec::new();
     // Per round and label: the cores the job's ranks used while timed.
-    let mut ours_cores: Vec<(String, f64)> = Vec::new();
+    let mut ours_cores: Vec<(u32, String, f64)> = Vec::new();
     // Labels that could not connect in round 1 (said so then) are skipped.
     let mut unavailable: Vec<&str> = Vec::new();
     for round in 1..=rounds {
@@ -524,13 +524,27 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                 "# CPU the {world} ranks used while timed: {cores:.2} cores{}",
                 cpu_share::of_host(cpu_share::host_cores(world, rdv.info.local_world_size))
             ));
-            ours_cores.push((label.name.clone(), cores));
+            ours_cores.push((round, label.name.clone(), cores));
         }
         ours_rounds.push(ours);
         if !peer_first && let Some(sweep) = &peer_sweep {
             peer_runs.push(peer_round(
                 sweep, &rdv, round, timeout, lead, &args, &mut wrong,
             )?);
+        }
+        if !first {
+            // Later rounds print no tables: each side's share of the cores,
+            // so a round that went one way can be read against it.
+            let mut each: Vec<String> = ours_cores
+                .iter()
+                .filter(|(r, _, _)| *r == round)
+                .map(|(_, label, c)| format!("{label} {c:.2}"))
+                .collect();
+            let peer = peer_runs
+                .last()
+                .and_then(|run| Some((run.records.first()?, run.cores?)));
+            each.extend(peer.map(|(r, c)| format!("{} {c:.2}", r.label)));
+            say(&format!("#   cores while timed: {}", each.join(", ")));
         }
     }
     let (peer_rounds, peer_cores): (Vec<Vec<Record>>, Vec<Option<f64>>) = peer_runs
@@ -545,8 +559,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             } else {
                 ours_cores
                     .iter()
-                    .filter(|(label, _)| label == name)
-                    .map(|(_, c)| *c)
+                    .filter(|(_, label, _)| label == name)
+                    .map(|(_, _, c)| *c)
                     .collect()
             };
             measure::median_run(&rounds, |c| *c).copied()

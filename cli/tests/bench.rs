@@ -293,7 +293,8 @@ fn bench_repeat_takes_turns_with_the_peer_in_abba_order_and_keeps_each_sides_med
         stdout.contains("# CPU the 2 ranks used while timed: ")
             && stdout.contains("# CPU the peer's 2 ranks used while timed: ")
             && stdout.contains(" cores (this host has ")
-            && stdout.contains("(median round), in cores: reference-tcp "),
+            && stdout.contains("(median round), in cores: reference-tcp ")
+            && stdout.contains("#   cores while timed: reference-tcp "),
         "{stdout}"
     );
     // Round 1's nccl-tests tables only: ours in both forms, torch in place.
