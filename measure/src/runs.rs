@@ -59,8 +59,8 @@ pub struct Pairings {
     /// Rounds in which both sides measured the item.
     pub of: usize,
     /// The median over those rounds of ours / the peer's time in the same
-    /// round (the lower middle one for an even count, as [`median_run`]);
-    /// `None` for no rounds.
+    /// round (of an even count's middle two the higher, the one that reads
+    /// worse for ours); `None` for no rounds.
     pub ratio: Option<f64>,
 }
 
@@ -90,11 +90,12 @@ pub fn pairings<T>(
             ))
         })
         .collect();
-    let ratios: Vec<f64> = pairs.iter().map(|(o, p)| o / p).collect();
+    let mut ratios: Vec<f64> = pairs.iter().map(|(o, p)| o / p).collect();
+    ratios.sort_by(f64::total_cmp);
     Pairings {
         won: pairs.iter().filter(|(o, p)| o < p).count(),
         of: pairs.len(),
-        ratio: median_run(&ratios, |r| *r).copied(),
+        ratio: ratios.get(ratios.len() / 2).copied(),
     }
 }
 
@@ -149,13 +150,13 @@ mod tests {
         assert_eq!((p.won, p.of), (2, 3));
         assert_eq!(p.ratio, Some(10.0 / 12.0));
         // A tie (round 1) is no win; round 3 has no peer record for size 8;
-        // of two ratios (1.0, 0.8) the lower middle one.
+        // of two ratios (1.0, 0.8) the higher, which reads worse for ours.
         assert_eq!(
             at(8),
             Pairings {
                 won: 1,
                 of: 2,
-                ratio: Some(0.8)
+                ratio: Some(1.0)
             }
         );
         assert_eq!(
