@@ -12,6 +12,7 @@
 //!   place only when complete;
 //! - [`median_run`], [`median_rounds`]: which of several repeated runs a table shows;
 //!   [`pairings`]: ours against the peer round by round (rounds won, median ratio);
+//!   [`cautious_median`]: a median that never flatters ringside;
 //!   [`reversed_round`]: the ABBA order of repeated rounds;
 //! - [`Figure`]: a lab's own measurement that is not a size sweep (a loss curve,
 //!   a step's phases), carried in the same results file and drawn by `reports`.
@@ -38,5 +39,5 @@ pub use error::{Error, Result};
 pub use figure::{Figure, FigureKind, FigureSeries};
 pub use record::{FORMAT, Record, ResultsFile, parse_line, parse_results, read_results};
 pub use run_folder::{PARTIAL_DIR, RunFolder};
-pub use runs::{Pairings, median_rounds, median_run, pairings, reversed_round};
+pub use runs::{Pairings, cautious_median, median_rounds, median_run, pairings, reversed_round};
 pub use writer::{RESULTS_DIR_ENV, ResultsWriter, results_root};

@@ -17,6 +17,23 @@ pub fn median_run<T>(runs: &[T], time: impl Fn(&T) -> f64) -> Option<&T> {
     by_time.get(by_time.len().saturating_sub(1) / 2).copied()
 }
 
+/// The median of `values` (`None` for none) for judging ringside against a
+/// peer: of an even count's middle two, the one that reads worse for
+/// ringside (the higher when `higher_is_worse`, as for times and their
+/// ratios; the lower for bandwidths), so a tie between two rounds never
+/// flatters it.
+pub fn cautious_median(values: &[f64], higher_is_worse: bool) -> Option<f64> {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let i = if n % 2 == 0 && !higher_is_worse {
+        (n / 2).checked_sub(1)?
+    } else {
+        n / 2
+    };
+    v.get(i).copied()
+}
+
 /// Per item of the first round, in its order, the matching item (equal
 /// `key`) of the round whose `time` for it is the median of the rounds'
 /// ([`median_run`]): a sweep repeated in rounds, each size judged on its own.
@@ -59,8 +76,8 @@ pub struct Pairings {
     /// Rounds in which both sides measured the item.
     pub of: usize,
     /// The median over those rounds of ours / the peer's time in the same
-    /// round (of an even count's middle two the higher, the one that reads
-    /// worse for ours); `None` for no rounds.
+    /// round ([`cautious_median`]: of an even count's middle two the higher);
+    /// `None` for no rounds.
     pub ratio: Option<f64>,
 }
 
@@ -90,18 +107,27 @@ pub fn pairings<T>(
             ))
         })
         .collect();
-    let mut ratios: Vec<f64> = pairs.iter().map(|(o, p)| o / p).collect();
-    ratios.sort_by(f64::total_cmp);
+    let ratios: Vec<f64> = pairs.iter().map(|(o, p)| o / p).collect();
     Pairings {
         won: pairs.iter().filter(|(o, p)| o < p).count(),
         of: pairs.len(),
-        ratio: ratios.get(ratios.len() / 2).copied(),
+        ratio: cautious_median(&ratios, true),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{Pairings, median_rounds, median_run, pairings};
+    use super::{Pairings, cautious_median, median_rounds, median_run, pairings};
+
+    #[test]
+    fn a_cautious_median_takes_the_middle_value_that_reads_worse() {
+        assert_eq!(cautious_median(&[1.3, 0.9, 1.1, 2.0], true), Some(1.3));
+        assert_eq!(cautious_median(&[1.3, 0.9, 1.1, 2.0], false), Some(1.1));
+        assert_eq!(cautious_median(&[0.3, 0.1, 0.2], true), Some(0.2));
+        assert_eq!(cautious_median(&[0.3, 0.1, 0.2], false), Some(0.2));
+        assert_eq!(cautious_median(&[], true), None);
+        assert_eq!(cautious_median(&[], false), None);
+    }
 
     #[test]
     fn each_size_takes_its_own_median_round() {
