@@ -293,7 +293,12 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
     }
     say(cpu_line(
         &shares,
-        measure::median_run(&peer_cores, |c| *c).copied(),
+        peer_rounds
+            .iter()
+            .flatten()
+            .next()
+            .zip(measure::median_run(&peer_cores, |c| *c))
+            .map(|(r, c)| (r.label.as_str(), *c)),
         rdv.info.world_size,
         cpu_share::host_cores(rdv.info.world_size, rdv.info.local_world_size),
         args.load.load,
@@ -340,7 +345,7 @@ pub fn run(args: TourArgs) -> anyhow::Result<i32> {
 /// round of each; under `--load` what that means for the ranking.
 fn cpu_line(
     shares: &[(&Label, f64)],
-    peer: Option<f64>,
+    peer: Option<(&str, f64)>,
     ranks: usize,
     host: Option<usize>,
     load: usize,
@@ -349,7 +354,7 @@ fn cpu_line(
         .iter()
         .map(|(label, c)| format!("{} {c:.2}", label.column().trim()))
         .collect();
-    each.extend(peer.map(|c| format!("torch-gloo {c:.2}")));
+    each.extend(peer.map(|(label, c)| format!("{label} {c:.2}")));
     let mut line = format!(
         "   CPU the {ranks} ranks used while timed, in cores{}: {}",
         cpu_share::of_host(host),
@@ -405,9 +410,10 @@ mod tests {
         assert!(loaded.starts_with(&idle), "{loaded}");
         assert!(loaded.contains("the busy loops got the rest"), "{loaded}");
         assert!(!cpu_line(&shares, None, 2, None, 0).contains("this host"));
-        // The torch peer's share comes last, named as its column is.
+        // The torch peer's share comes last, under its records' label.
         assert!(
-            cpu_line(&shares, Some(1.204), 2, Some(2), 0).ends_with("gloo 1.64, torch-gloo 1.20"),
+            cpu_line(&shares, Some(("torch-gloo", 1.204)), 2, Some(2), 0)
+                .ends_with("gloo 1.64, torch-gloo 1.20"),
             "the peer's share"
         );
     }

@@ -155,8 +155,20 @@ fn torch_peer_world_2_records_follow_the_results_format() {
         "--collective",
         "all_reduce,all_gather",
     ]);
-    let records: Vec<Value> = out
-        .lines()
+    let mut lines: Vec<&str> = out.lines().collect();
+    // The last line: the cores the two ranks used while timed, summed (each
+    // rank at most the whole host).
+    let share: Value = serde_json::from_str(lines.pop().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("no CPU share line ({e}) in\n{out}"));
+    assert_eq!(share["ranks"], 2, "{share}");
+    let cores = share["cpu_cores"].as_f64().unwrap_or(-1.0);
+    let host = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    assert!(
+        cores > 0.0 && cores <= 2.0 * host,
+        "cores {cores} on {host}: {share}"
+    );
+    let records: Vec<Value> = lines
+        .iter()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
         .collect();
 
