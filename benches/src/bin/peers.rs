@@ -91,7 +91,10 @@ struct Args {
     /// every other run (A, B, B, A, …; with three, A B C, C B A), so a
     /// machine whose state drifts through the runs favours none, and judge
     /// each size by the run with the median time: one run that falls into a
-    /// slow phase of a shared machine then decides nothing.
+    /// slow phase of a shared machine then decides nothing. Each judged cell
+    /// also counts the runs that met its target, each ringside run against
+    /// the library's run of the same round (`3/5`), and gives the median of
+    /// those pairings' own values (`~0.06`).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     repeat: u32,
     /// Exit non-zero also when a target is missed or could not be measured.
