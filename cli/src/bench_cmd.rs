@@ -91,6 +91,8 @@ pub struct BenchArgs {
     /// taken next to it), `paired`: the median of each round's own ratio,
     /// which a machine swinging between rounds moves less than the ratio of
     /// the median rounds; and `won`: in how many rounds ours was the faster.
+    /// Each later round prints both sides' cores while timed, and the table
+    /// both sides' median rounds: beside a load the share decides large sizes.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: u32,
 }
