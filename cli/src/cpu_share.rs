@@ -6,7 +6,8 @@
 //! ranks 1.64, the loops 0.36). The tour prints it beside its table, and
 //! `bench` after each backend's tables, so that a ranking measured under load
 //! is read with it. The job-wide sum is one small all_reduce after the timed
-//! sweep, outside every timed call.
+//! sweep, outside every timed call. The torch peer meters its ranks the same
+//! way (`torch_peer.py`'s `job_cores`), so both sides' shares sit side by side.
 
 use std::time::{Duration, Instant};
 
