@@ -11,6 +11,14 @@ pub enum Error {
     /// An implementation name not in [`crate::Impl::ALL`].
     #[error("unknown implementation {0:?} (known: {known})", known = crate::Impl::names())]
     UnknownImpl(String),
+    /// An implementation timed inside another's run, asked for without it.
+    #[error("{imp} is timed inside {host}'s run: add {host} to --impl")]
+    NoHost {
+        /// The implementation asked for.
+        imp: crate::Impl,
+        /// The one whose run times it.
+        host: crate::Impl,
+    },
 }
 
 /// `Result` with this crate's [`Error`].

@@ -41,11 +41,21 @@ pub enum Impl {
     /// `mpirun ringside sweep --backend mpi`: MPI_Allreduce through ringside's
     /// Communicator (the wrapper's overhead against `mpi`).
     RingsideMpi,
+    /// `mpirun ringside sweep --backend mpi --beside-bare`: OpenMPI's
+    /// `MPI_Allreduce` called bare in ringside's processes, iteration by
+    /// iteration in turn with ringside's call of it (`ringside-mpi-beside`):
+    /// the binding's overhead without the spread between two programs' runs.
+    MpiBare,
+    /// Ringside's all_reduce timed in `mpi-bare`'s run, in turn with the bare
+    /// call. Taking turns slows both a little, so this is not `ringside-mpi`
+    /// (timed alone, against the C peer); it has no run of its own and comes
+    /// with `mpi-bare`.
+    RingsideMpiBeside,
 }
 
 impl Impl {
     /// Every implementation, in table order.
-    pub const ALL: [Impl; 11] = [
+    pub const ALL: [Impl; 13] = [
         Impl::Mpi,
         Impl::GlooRing,
         Impl::GlooRingChunked,
@@ -57,6 +67,8 @@ impl Impl {
         Impl::RingsideGlooRingChunked,
         Impl::RingsideGlooHalvingDoubling,
         Impl::RingsideMpi,
+        Impl::MpiBare,
+        Impl::RingsideMpiBeside,
     ];
 
     /// The default selection: what the project's targets compare.
@@ -82,6 +94,17 @@ impl Impl {
             Impl::RingsideGlooRingChunked => "ringside-gloo-ring-chunked",
             Impl::RingsideGlooHalvingDoubling => "ringside-gloo-halving-doubling",
             Impl::RingsideMpi => "ringside-mpi",
+            Impl::MpiBare => collectives::bench::BARE_MPI_LABEL,
+            Impl::RingsideMpiBeside => "ringside-mpi-beside",
+        }
+    }
+
+    /// The implementation whose run measures this one (`ringside-mpi-beside`:
+    /// `mpi-bare`'s), for those with no run of their own.
+    pub fn measured_in(self) -> Option<Impl> {
+        match self {
+            Impl::RingsideMpiBeside => Some(Impl::MpiBare),
+            _ => None,
         }
     }
 
@@ -129,6 +152,22 @@ impl Impl {
         if out.is_empty() {
             return Err(Error::UnknownImpl(list.to_string()));
         }
+        // What a run measures besides itself comes with it, right after it.
+        for host in out.clone() {
+            for imp in Impl::ALL {
+                if imp.measured_in() == Some(host) && !out.contains(&imp) {
+                    let at = out.iter().position(|&i| i == host).unwrap_or(0);
+                    out.insert(at + 1, imp);
+                }
+            }
+        }
+        for imp in &out {
+            if let Some(host) = imp.measured_in()
+                && !out.contains(&host)
+            {
+                return Err(Error::NoHost { imp: *imp, host });
+            }
+        }
         Ok(out)
     }
 }
@@ -172,6 +211,25 @@ mod tests {
     fn parse_list_rejects_unknown_and_empty() {
         assert!(Impl::parse_list("mpi,nccl").is_err());
         assert!(Impl::parse_list(" , ").is_err());
+    }
+
+    #[test]
+    fn mpi_bare_brings_the_ringside_call_timed_in_its_run() {
+        let l = Impl::parse_list("mpi-bare,mpi").unwrap();
+        assert_eq!(l, [Impl::MpiBare, Impl::RingsideMpiBeside, Impl::Mpi]);
+        let err = Impl::parse_list("mpi,ringside-mpi-beside").unwrap_err();
+        assert!(err.to_string().contains("add mpi-bare"), "{err}");
+    }
+
+    #[test]
+    fn the_beside_run_labels_its_records_with_these_names() {
+        // `ringside sweep --beside-bare` names its records; the runner files
+        // each under the implementation of that name.
+        assert_eq!(Impl::MpiBare.name(), collectives::bench::BARE_MPI_LABEL);
+        assert_eq!(
+            Impl::RingsideMpiBeside.name(),
+            format!("{}{}", Impl::RingsideMpi, collectives::bench::BESIDE_SUFFIX)
+        );
     }
 
     #[test]

@@ -127,7 +127,7 @@ const MIB: u64 = 1 << 20;
 const KIB4: u64 = 4 << 10;
 
 /// The targets: shared memory against OpenMPI, TCP against Gloo's ring.
-pub const TARGETS: [Target; 5] = [
+pub const TARGETS: [Target; 6] = [
     Target {
         name: "shm/mpi bw",
         ours: Impl::RingsideShm,
@@ -168,6 +168,17 @@ pub const TARGETS: [Target; 5] = [
         name: "mpi +us",
         ours: Impl::RingsideMpi,
         theirs: Impl::Mpi,
+        metric: Metric::OverheadUs,
+        bound: 0.1,
+        sizes: SizeRule::AtMost(256),
+        world: 2,
+    },
+    // The same bound on the same binding, against the bare call timed in the
+    // same processes (`mpi-bare`): free of two programs' run-to-run spread.
+    Target {
+        name: "mpi +us bare",
+        ours: Impl::RingsideMpiBeside,
+        theirs: Impl::MpiBare,
         metric: Metric::OverheadUs,
         bound: 0.1,
         sizes: SizeRule::AtMost(256),

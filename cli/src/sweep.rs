@@ -23,6 +23,14 @@ pub struct SweepArgs {
     /// the table (`bench --json FILE` writes a whole results file instead).
     #[arg(long)]
     pub jsonl: bool,
+    /// With `--backend mpi`: also time OpenMPI's `MPI_Allreduce` called bare
+    /// (as the C peer calls it) in this same process, iteration by iteration
+    /// in turn with ringside's call, and print its records as `mpi-bare`
+    /// beside ringside's (`ringside-mpi-beside`: taking turns slows both a
+    /// little): what the binding adds, without the spread between two
+    /// programs' runs.
+    #[arg(long)]
+    pub beside_bare: bool,
 }
 
 /// The table header nccl-tests users expect.
@@ -56,12 +64,18 @@ pub fn run(args: SweepArgs) -> anyhow::Result<i32> {
         args.sizes.max_bytes,
         args.sizes.factor,
     )?;
+    if args.beside_bare && args.job.backend != Backend::Mpi {
+        anyhow::bail!(
+            "--beside-bare times MPI_Allreduce called bare: it needs --backend mpi (got {})",
+            args.job.backend
+        );
+    }
     let Joined { rdv, comm, timeout } = match args.job.join("sweep/")? {
         Ok(j) => j,
         Err(code) => return Ok(code),
     };
     let lead = comm.rank() == 0;
-    let name = match (args.job.backend, args.job.connect.algo) {
+    let mut name = match (args.job.backend, args.job.connect.algo) {
         (Backend::Reference, Algo::Auto) => {
             format!("ringside-{}", args.job.connect.transport.name())
         }
@@ -71,6 +85,17 @@ pub fn run(args: SweepArgs) -> anyhow::Result<i32> {
             a.name()
         ),
         (b, _) => format!("ringside-{b}"),
+    };
+    // Made right after ringside's communicator, at the same point on every rank.
+    let mut bare = if args.beside_bare {
+        name.push_str(bench::BESIDE_SUFFIX);
+        Some(collectives::backends::bare_all_reduce(
+            args.job.backend,
+            comm.rank(),
+            comm.world_size(),
+        )?)
+    } else {
+        None
     };
     let largest = bench::Case {
         collective: collectives::Collective::AllReduce,
@@ -92,30 +117,60 @@ pub fn run(args: SweepArgs) -> anyhow::Result<i32> {
         "{bar:30} {pos}/{len} sizes {msg}",
     )?;
     if lead && !args.jsonl {
+        let what = if bare.is_some() {
+            format!(
+                "{name} and {} (MPI_Allreduce called bare in this process), timed iteration by iteration in turn",
+                bench::BARE_MPI_LABEL
+            )
+        } else {
+            name.clone()
+        };
         println!(
-            "# {name}: all_reduce f32 sum, in place, {} ranks; time = slowest rank per iteration, min/median/max over {} iterations (GB/s = 1e9 B/s)",
+            "# {what}: all_reduce f32 sum, in place, {} ranks; time = slowest rank per iteration, min/median/max over {} iterations (GB/s = 1e9 B/s)",
             comm.world_size(),
             args.sizes.iters
         );
-        println!("{}", table_header());
+        if bare.is_some() {
+            println!("{} impl", table_header());
+        } else {
+            println!("{}", table_header());
+        }
     }
     let mut wrong = 0;
     for &bytes in &sizes {
         bar.set_message(measure::size::human(bytes as u64));
-        let m = bench::all_reduce_f32(comm.as_ref(), bytes, args.sizes.warmup, args.sizes.iters)?;
-        wrong += m.wrong.unwrap_or(0);
-        if lead {
-            // With --jsonl, one results-file record per line: the `peers`
-            // runner reads these like the C and C++ peers' lines.
-            let record = m.to_record(&name, args.job.backend.name(), args.job.connect.algo.name());
-            let json = serde_json::to_string(&record)?;
-            bar.suspend(|| {
-                if args.jsonl {
-                    println!("{json}");
-                } else {
-                    println!("{}", table_row(&m));
-                }
-            });
+        let (warmup, iters) = (args.sizes.warmup, args.sizes.iters);
+        let measured = match bare.as_deref_mut() {
+            Some(b) => {
+                let both = bench::all_reduce_f32_beside(comm.as_ref(), b, bytes, warmup, iters)?;
+                vec![
+                    (name.as_str(), both.ours),
+                    (bench::BARE_MPI_LABEL, both.bare),
+                ]
+            }
+            None => vec![(
+                name.as_str(),
+                bench::all_reduce_f32(comm.as_ref(), bytes, warmup, iters)?,
+            )],
+        };
+        for (label, m) in &measured {
+            wrong += m.wrong.unwrap_or(0);
+            if lead {
+                // With --jsonl, one results-file record per line: the `peers`
+                // runner reads these like the C and C++ peers' lines.
+                let record =
+                    m.to_record(label, args.job.backend.name(), args.job.connect.algo.name());
+                let json = serde_json::to_string(&record)?;
+                bar.suspend(|| {
+                    if args.jsonl {
+                        println!("{json}");
+                    } else if bare.is_some() {
+                        println!("{} {label}", table_row(m));
+                    } else {
+                        println!("{}", table_row(m));
+                    }
+                });
+            }
         }
         bar.inc(1);
     }

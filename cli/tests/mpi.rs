@@ -216,3 +216,50 @@ fn load_under_mpirun_runs_its_loops_once_per_host() {
         "busy loops seen below mpirun: {seen:?}\n{stdout}\n{stderr}"
     );
 }
+
+/// `sweep --beside-bare` times OpenMPI's `MPI_Allreduce` called bare in
+/// ringside's own processes, in turn with ringside's call: per size, one
+/// checked record of each, under the names the `peers` runner files them by
+/// (`mpi-bare`, `ringside-mpi-beside`).
+#[test]
+fn sweep_beside_bare_prints_both_calls_checked() {
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
+        .args(["-x", "MASTER_PORT"])
+        .arg(env!("CARGO_BIN_EXE_ringside"))
+        .args(["sweep", "--backend", "mpi", "--beside-bare", "--jsonl"])
+        .args(["-b", "8", "-e", "64", "-n", "200", "--timeout", "30"]);
+    let (out, stdout, stderr) = run(ringside(&mut cmd), Duration::from_secs(90));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let records: Vec<measure::Record> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    for bytes in [8, 16, 32, 64] {
+        for label in ["ringside-mpi-beside", "mpi-bare"] {
+            let of: Vec<_> = records
+                .iter()
+                .filter(|r| r.bytes == bytes && r.label == label)
+                .collect();
+            assert_eq!(of.len(), 1, "{label} at {bytes} B:\n{stdout}");
+            let r = of[0];
+            assert_eq!((r.wrong, r.iters, r.world), (0, 200, 2), "{r:?}");
+            assert!(r.median_us > 0.0 && r.min_us <= r.median_us, "{r:?}");
+        }
+    }
+}
+
+/// Only MPI has a bare call to time beside ringside's: another backend is
+/// refused before any rank starts, naming the flag it needs.
+#[test]
+fn beside_bare_needs_the_mpi_backend() {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ringside"));
+    cmd.args(["sweep", "--nproc", "2", "--beside-bare", "-e", "8"])
+        .env("RUST_BACKTRACE", "0");
+    let (out, stdout, stderr) = run(ringside(&mut cmd), Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("--beside-bare") && stderr.contains("needs --backend mpi"),
+        "{stderr}"
+    );
+}

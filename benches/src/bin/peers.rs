@@ -76,8 +76,8 @@ struct Args {
     /// Extra argument for mpirun (repeatable), e.g. `--mpirun-arg=--bind-to --mpirun-arg=none`.
     #[arg(long = "mpirun-arg", allow_hyphen_values = true)]
     mpirun_args: Vec<String>,
-    /// The MPI thread level of both `mpi` (the C peer's `MPI_Init_thread`) and
-    /// `ringside-mpi` (RINGSIDE_MPI_THREAD_LEVEL), so the `mpi +us` column
+    /// The MPI thread level of `mpi` (the C peer's `MPI_Init_thread`),
+    /// `ringside-mpi` and `mpi-bare` (RINGSIDE_MPI_THREAD_LEVEL), so the `mpi +us` column
     /// compares the binding alone: `single` (what the C peer's `MPI_Init`
     /// gives), `funneled`, `serialized` or `multiple` (ringside's default).
     /// OpenMPI 4.1 takes its internal locks at every level above `single`.
@@ -108,6 +108,8 @@ struct Args {
 /// One implementation, ready to launch or explained away.
 enum Plan {
     Run(Vec<Command>, Option<tempfile::TempDir>),
+    /// Timed inside this other implementation's run ([`Impl::measured_in`]).
+    Inside(Impl),
     Unavailable(String),
 }
 
@@ -161,6 +163,7 @@ fn real_main() -> Result<ExitCode> {
                         println!("{imp}: {}", show_command(c));
                     }
                 }
+                Plan::Inside(host) => println!("{imp}: timed inside {host}'s run"),
                 Plan::Unavailable(why) => println!("{imp}: peer unavailable: {why}"),
             }
         }
@@ -207,6 +210,7 @@ fn real_main() -> Result<ExitCode> {
         for (imp, p) in plans {
             let (cmds, store_dir) = match p {
                 Plan::Run(cmds, dir) => (cmds, dir),
+                Plan::Inside(_) => continue,
                 Plan::Unavailable(why) => {
                     if run == 1 {
                         bar.suspend(|| eprintln!("{imp}: peer unavailable: {why}"));
@@ -216,13 +220,29 @@ fn real_main() -> Result<ExitCode> {
                 }
             };
             bar.set_message(format!("{imp} (world {}){of}", args.world));
+            // What this run times: itself, and any timed inside it, each
+            // record going to the one its label names.
+            let measured: Vec<Impl> = impls
+                .iter()
+                .copied()
+                .filter(|&i| i == imp || i.measured_in() == Some(imp))
+                .collect();
+            let owner = |label: &str| {
+                measured
+                    .iter()
+                    .copied()
+                    .find(|&i| i != imp && i.name() == label)
+                    .unwrap_or(imp)
+            };
             let out = child::run(cmds, Duration::from_secs(args.timeout), |rec| {
-                bar.set_message(format!(
-                    "{imp} (world {}){of} {} done",
-                    args.world,
-                    format_size(rec.bytes)
-                ));
-                bar.inc(1);
+                if owner(&rec.label) == imp {
+                    bar.set_message(format!(
+                        "{imp} (world {}){of} {} done",
+                        args.world,
+                        format_size(rec.bytes)
+                    ));
+                    bar.inc(1);
+                }
             });
             // The FileStore directory must outlive the run; drop it now.
             drop(store_dir);
@@ -234,24 +254,32 @@ fn real_main() -> Result<ExitCode> {
                 .map(|r| r.computed_busbw());
             let mut seen = BTreeSet::new();
             for rec in out.records {
+                let to = owner(&rec.label);
                 for p in rec.inconsistencies() {
-                    problems.push(format!("{imp} {}: {p}", format_size(rec.bytes)));
+                    problems.push(format!("{to} {}: {p}", format_size(rec.bytes)));
                 }
                 if rec.world != args.world {
                     problems.push(format!(
-                        "{imp} {}: ran with world {}, asked for {}",
+                        "{to} {}: ran with world {}, asked for {}",
                         format_size(rec.bytes),
                         rec.world,
                         args.world
                     ));
                 }
-                seen.insert(rec.bytes);
-                results.insert(imp, rec);
+                seen.insert((to, rec.bytes));
+                results.insert(to, rec);
             }
-            let missing: Vec<String> = sizes
+            let missing: Vec<String> = measured
                 .iter()
-                .filter(|b| !seen.contains(b))
-                .map(|&b| format_size(b))
+                .flat_map(|&i| sizes.iter().map(move |&b| (i, b)))
+                .filter(|k| !seen.contains(k))
+                .map(|(i, b)| {
+                    if i == imp {
+                        format_size(b)
+                    } else {
+                        format!("{} ({i})", format_size(b))
+                    }
+                })
                 .collect();
             if let Some(why) = &out.failure {
                 let mut msg = format!("{imp}: {why}");
@@ -276,7 +304,7 @@ fn real_main() -> Result<ExitCode> {
             bar.suspend(|| {
                 eprintln!(
                     "{imp}{of}: {} sizes in {:.1}s{failed}",
-                    seen.len(),
+                    seen.iter().filter(|(i, _)| *i == imp).count(),
                     out.elapsed.as_secs_f64()
                 )
             });
@@ -316,11 +344,17 @@ fn real_main() -> Result<ExitCode> {
     println!("{}", Load::describe(args.load.load));
     if impls
         .iter()
-        .any(|i| matches!(i, Impl::Mpi | Impl::RingsideMpi))
+        .any(|i| matches!(i, Impl::Mpi | Impl::RingsideMpi | Impl::MpiBare))
     {
         println!(
-            "MPI thread level {} for mpi and ringside-mpi (--mpi-thread-level)",
+            "MPI thread level {} for every MPI run (--mpi-thread-level)",
             args.mpi_thread_level
+        );
+    }
+    if impls.contains(&Impl::MpiBare) {
+        println!(
+            "mpi-bare: MPI_Allreduce called bare in ringside's processes, iteration by \
+             iteration in turn with ringside's call (ringside-mpi-beside)"
         );
     }
     if args.repeat > 1 {
@@ -616,11 +650,14 @@ fn sweep_flags(sweep: &Sweep) -> Vec<String> {
 }
 
 fn plan(imp: Impl, args: &Args, sweep: &Sweep) -> Result<Plan> {
+    if let Some(host) = imp.measured_in() {
+        return Ok(Plan::Inside(host));
+    }
     if imp == Impl::Mpi {
         return Ok(plan_mpi(args, sweep));
     }
-    if imp == Impl::RingsideMpi {
-        return plan_ringside_mpi(args, sweep);
+    if imp == Impl::RingsideMpi || imp == Impl::MpiBare {
+        return plan_ringside_mpi(imp == Impl::MpiBare, args, sweep);
     }
     if let Some(algo) = imp.gloo_algorithm() {
         return plan_gloo(algo, args, sweep);
@@ -764,9 +801,15 @@ fn plan_ringside(select: &[&str], args: &Args, sweep: &Sweep) -> Plan {
     Plan::Run(vec![cmd], None)
 }
 
-/// `ringside sweep --backend mpi`, started by `mpirun` like the C MPI peer.
-fn plan_ringside_mpi(args: &Args, sweep: &Sweep) -> Result<Plan> {
-    let ringside = match plan_ringside(&["--backend", "mpi"], args, sweep) {
+/// `ringside sweep --backend mpi`, started by `mpirun` like the C MPI peer;
+/// with `bare`, `--beside-bare` (`mpi-bare`'s run).
+fn plan_ringside_mpi(bare: bool, args: &Args, sweep: &Sweep) -> Result<Plan> {
+    let select: &[&str] = if bare {
+        &["--backend", "mpi", "--beside-bare"]
+    } else {
+        &["--backend", "mpi"]
+    };
+    let ringside = match plan_ringside(select, args, sweep) {
         Plan::Run(mut cmds, _) if cmds.len() == 1 => cmds.remove(0),
         other => return Ok(other),
     };

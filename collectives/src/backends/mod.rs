@@ -147,6 +147,31 @@ pub fn connect(
     }
 }
 
+/// The library of `backend` called bare, with nothing of ringside around it,
+/// for timing beside ringside's own call of it
+/// ([`crate::bench::all_reduce_f32_beside`]) in a job of `world` ranks; made
+/// at the same point on every rank. MPI only: its binding's cost per call is
+/// a target (`peers`' `mpi +us`), small enough that only one process sees it
+/// sharply.
+pub fn bare_all_reduce(
+    backend: Backend,
+    rank: usize,
+    world: usize,
+) -> Result<Box<dyn crate::bench::BareAllReduce>> {
+    match backend {
+        #[cfg(feature = "mpi")]
+        Backend::Mpi => Ok(Box::new(mpi::Bare::new(rank, world)?)),
+        #[cfg(not(feature = "mpi"))]
+        Backend::Mpi => {
+            let _ = (rank, world);
+            Err(Error::NotCompiled { feature: "mpi" })
+        }
+        other => Err(Error::InvalidArgument(format!(
+            "a bare library call is timed beside ringside's for the mpi backend only, not {other}"
+        ))),
+    }
+}
+
 /// For binaries that also link libtorch, first thing in `main` (before
 /// threads or libtorch start): re-executes the program with Debian's libgloo
 /// preloaded, so the Gloo backend binds to it and not to libtorch's bundled

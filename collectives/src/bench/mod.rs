@@ -13,11 +13,13 @@
 //! rooted, how to call it, bus factor) is in their descriptors
 //! ([`crate::collective`]); this file is the one shared harness.
 
+mod beside;
 mod memory;
 
 use std::time::Instant;
 
 pub use crate::collective::Shape;
+pub use beside::{BARE_MPI_LABEL, BESIDE_SUFFIX, BareAllReduce, Beside, all_reduce_f32_beside};
 pub use memory::{available_bytes, bytes_needed, check_fits};
 
 use crate::aligned::Aligned;
@@ -47,6 +49,14 @@ impl Combine {
             Combine::Max => "max",
             Combine::Avg => "avg",
             Combine::Min => "min",
+        }
+    }
+    /// The element-wise reduction over ranks' times that combines them so.
+    pub const fn op(self) -> ReduceOp {
+        match self {
+            Combine::Max => ReduceOp::Max,
+            Combine::Min => ReduceOp::Min,
+            Combine::Avg => ReduceOp::Avg,
         }
     }
     /// Parses `max`, `avg`/`mean` or `min` (nccl-tests' `-a` numbers 2, 1, 0 too).
@@ -328,11 +338,7 @@ pub fn time(
         call()?;
         times.push(t0.elapsed().as_secs_f64() * 1e6);
     }
-    let op = match combine {
-        Combine::Max => ReduceOp::Max,
-        Combine::Min => ReduceOp::Min,
-        Combine::Avg => ReduceOp::Avg,
-    };
+    let op = combine.op();
     comm.all_reduce(Input::InPlace, &mut BufferMut::from_slice(&mut times), op)?;
     // ANCHOR_END: timed_loop
     Ok(Stats::of(&mut times))

@@ -49,8 +49,11 @@ use crate::error::{Error, Result};
 use crate::rendezvous::Store;
 use crate::{Backend, Communicator, Input};
 
+mod bare;
 mod runtime;
 mod watchdog;
+
+pub use bare::Bare;
 
 use runtime::*;
 
