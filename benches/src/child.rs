@@ -37,6 +37,38 @@ pub struct Outcome {
     pub tail: Vec<String>,
     /// Wall time of the job.
     pub elapsed: Duration,
+    /// CPU time (user and system, every thread) of the job's processes and
+    /// the descendants they waited for, start-up included; `None` if it
+    /// could not be read.
+    pub cpu: Option<Duration>,
+}
+
+impl Outcome {
+    /// The cores the job kept busy on average over its wall time: what it got
+    /// of the machine (beside `--load`'s loops, its share of them).
+    pub fn cores(&self) -> Option<f64> {
+        let wall = self.elapsed.as_secs_f64();
+        (wall > 0.0).then_some(self.cpu?.as_secs_f64() / wall)
+    }
+}
+
+/// CPU time of this process's children that have ended and been waited for
+/// (each including the descendants it waited for: mpirun's ranks, ringside's).
+/// Jobs run one at a time, so the difference across one is that job's.
+fn children_cpu() -> Option<Duration> {
+    // SAFETY: `usage` is a valid out-pointer; getrusage only writes it.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) != 0 {
+            return None;
+        }
+        usage
+    };
+    let time = |t: libc::timeval| {
+        Duration::from_secs(u64::try_from(t.tv_sec).ok()?)
+            .checked_add(Duration::from_micros(u64::try_from(t.tv_usec).ok()?))
+    };
+    time(usage.ru_utime)?.checked_add(time(usage.ru_stime)?)
 }
 
 /// Process groups of the jobs running now, for [`terminate_running`].
@@ -76,6 +108,7 @@ pub fn run(
     mut on_record: impl FnMut(&Record),
 ) -> Outcome {
     let start = Instant::now();
+    let cpu_before = children_cpu();
     let deadline = start + timeout;
     let (tx, rx) = mpsc::channel::<Msg>();
     let mut group = Group::new();
@@ -177,11 +210,17 @@ pub fn run(
     }
     let ours: Vec<u32> = (0..group.len()).map(|i| group.pid(i)).collect();
     running().retain(|p| !ours.iter().any(|&o| libc::pid_t::try_from(o) == Ok(*p)));
+    // Every process was reaped above (exited, or killed and waited for).
+    let elapsed = start.elapsed();
+    let cpu = children_cpu()
+        .zip(cpu_before)
+        .and_then(|(after, before)| after.checked_sub(before));
     Outcome {
         records,
         failure,
         tail: tail.into(),
-        elapsed: start.elapsed(),
+        elapsed,
+        cpu,
     }
 }
 
@@ -240,6 +279,26 @@ mod tests {
         assert_eq!(seen, 1);
         assert!(out.tail.iter().any(|l| l == "[0] hello"), "{:?}", out.tail);
         assert!(out.tail.iter().any(|l| l == "[0] oops"), "{:?}", out.tail);
+    }
+
+    #[test]
+    fn a_job_is_metered_with_the_descendants_it_waited_for() {
+        // Two processes, one of which spins in a grandchild it waits for:
+        // about 0.3 s of CPU in about 0.3 s of wall time.
+        let spin =
+            "end=$(($(date +%s%N) + 300000000)); while [ $(date +%s%N) -lt $end ]; do :; done";
+        let out = run(
+            vec![sh(&format!("sh -c '{spin}'")), sh("sleep 0.3")],
+            Duration::from_secs(20),
+            |_| {},
+        );
+        assert!(out.failure.is_none(), "{:?}", out.failure);
+        let cpu = out.cpu.unwrap().as_secs_f64();
+        // The spinner's 0.3 s, less whatever a loaded machine took from it;
+        // well below the two processes' 0.6 s of wall time.
+        assert!((0.05..0.5).contains(&cpu), "{cpu} s");
+        let cores = out.cores().unwrap();
+        assert!(cores > 0.0 && cores <= 1.5, "{cores}");
     }
 
     #[test]

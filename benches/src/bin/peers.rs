@@ -7,7 +7,7 @@
 //! cargo run --release -p ringside-benches --bin peers -- --world 2 --json results.jsonl
 //! ```
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -190,6 +190,8 @@ fn real_main() -> Result<ExitCode> {
     // ringside-shm run (`memcpy::Paired` has why).
     let pairing = args.world == 2 && sizes.contains(&memcpy::JUDGED_AT);
     let mut paired: Vec<memcpy::Paired> = Vec::new();
+    // Per implementation with a run of its own, the cores each run kept busy.
+    let mut run_cores: BTreeMap<Impl, Vec<f64>> = BTreeMap::new();
     // Run 1 uses the plans made above; later runs make them again (a
     // command runs once).
     let mut next = Some(plans);
@@ -247,6 +249,7 @@ fn real_main() -> Result<ExitCode> {
             // The FileStore directory must outlive the run; drop it now.
             drop(store_dir);
 
+            let cores = out.cores();
             let judged_busbw = out
                 .records
                 .iter()
@@ -301,11 +304,15 @@ fn real_main() -> Result<ExitCode> {
             } else {
                 ""
             };
+            if let Some(c) = cores {
+                run_cores.entry(imp).or_default().push(c);
+            }
             bar.suspend(|| {
                 eprintln!(
-                    "{imp}{of}: {} sizes in {:.1}s{failed}",
+                    "{imp}{of}: {} sizes in {:.1}s{}{failed}",
                     seen.iter().filter(|(i, _)| *i == imp).count(),
-                    out.elapsed.as_secs_f64()
+                    out.elapsed.as_secs_f64(),
+                    cores.map_or_else(String::new, |c| format!(", {c:.2} cores"))
                 )
             });
             if imp == Impl::RingsideShm
@@ -365,6 +372,9 @@ fn real_main() -> Result<ExitCode> {
     }
     println!();
     print!("{}", report::results_table(&results, &impls, &sizes));
+    if !run_cores.is_empty() {
+        println!("{}", cores_line(&impls, &run_cores));
+    }
 
     let (cells, summary) = report::ratios(&results, &impls, args.world, &sizes);
     let table = report::ratio_table(&cells, &sizes);
@@ -452,6 +462,23 @@ fn in_turn<T>(run: u32, items: &mut [T]) {
     if measure::reversed_round(run) {
         items.reverse();
     }
+}
+
+/// The cores each implementation's runs kept busy (the median run's, with
+/// `--repeat`), in table order.
+fn cores_line(impls: &[Impl], run_cores: &BTreeMap<Impl, Vec<f64>>) -> String {
+    let each: Vec<String> = impls
+        .iter()
+        .filter_map(|i| {
+            let mut v = run_cores.get(i)?.clone();
+            v.sort_by(f64::total_cmp);
+            Some(format!("{i} {:.2}", v.get(v.len() / 2)?))
+        })
+        .collect();
+    format!(
+        "CPU each run used, whole run with start-up, in cores (median run): {}",
+        each.join(", ")
+    )
 }
 
 /// Best of how many passes after how many warm ones a bound is measured:
