@@ -93,6 +93,7 @@ pub fn run(args: SweepArgs) -> anyhow::Result<i32> {
             args.job.backend,
             comm.rank(),
             comm.world_size(),
+            timeout,
         )?)
     } else {
         None

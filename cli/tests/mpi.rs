@@ -106,11 +106,28 @@ fn quick_conformance_at_thread_level_single_world_2() {
 /// Rank 1 of a 2-rank bench under mpirun is frozen by SIGSTOP at MPI thread
 /// level `level`; the other must report and end the job within the timeout.
 fn frozen_rank_aborts(level: &str) {
+    frozen_rank_aborts_in(level, "bench --backend mpi -b 1M -e 1M -n 1000000 -w 1");
+}
+
+/// `sweep --beside-bare` times OpenMPI's call bare, outside ringside's call
+/// path: a frozen peer must still end the job at the timeout, whichever of
+/// the two calls the other rank is waiting in.
+#[test]
+fn frozen_rank_aborts_a_sweep_beside_the_bare_call() {
+    frozen_rank_aborts_in(
+        "single",
+        "sweep --backend mpi --beside-bare -b 8 -e 8 -n 100000000 -w 1",
+    );
+}
+
+/// Rank 1 of `ringside ARGS --timeout 3` under mpirun is frozen by SIGSTOP
+/// after a second, at MPI thread level `level`.
+fn frozen_rank_aborts_in(level: &str, args: &str) {
     let bin = env!("CARGO_BIN_EXE_ringside");
-    // Rank 1 runs the bench in the background and stops it after a second, in the
-    // middle of its iterations.
+    // Rank 1 runs ringside in the background and stops it after a second, in
+    // the middle of its iterations.
     let script = format!(
-        "{bin} bench --backend mpi -b 1M -e 1M -n 1000000 -w 1 --timeout 3 & pid=$!; \
+        "{bin} {args} --timeout 3 & pid=$!; \
          if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then sleep 1; kill -STOP $pid; fi; wait $pid"
     );
     let mut cmd = Command::new("mpirun");

@@ -149,21 +149,23 @@ pub fn connect(
 
 /// The library of `backend` called bare, with nothing of ringside around it,
 /// for timing beside ringside's own call of it
-/// ([`crate::bench::all_reduce_f32_beside`]) in a job of `world` ranks; made
-/// at the same point on every rank. MPI only: its binding's cost per call is
+/// ([`crate::bench::all_reduce_f32_beside`]) in a job of `world` ranks, a
+/// barrier and the call after it waiting at most `timeout`; made at the same
+/// point on every rank. MPI only: its binding's cost per call is
 /// a target (`peers`' `mpi +us`), small enough that only one process sees it
 /// sharply.
 pub fn bare_all_reduce(
     backend: Backend,
     rank: usize,
     world: usize,
+    timeout: Duration,
 ) -> Result<Box<dyn crate::bench::BareAllReduce>> {
     match backend {
         #[cfg(feature = "mpi")]
-        Backend::Mpi => Ok(Box::new(mpi::Bare::new(rank, world)?)),
+        Backend::Mpi => Ok(Box::new(mpi::Bare::new(rank, world, timeout)?)),
         #[cfg(not(feature = "mpi"))]
         Backend::Mpi => {
-            let _ = (rank, world);
+            let _ = (rank, world, timeout);
             Err(Error::NotCompiled { feature: "mpi" })
         }
         other => Err(Error::InvalidArgument(format!(
