@@ -118,7 +118,7 @@ pub fn all_reduce_f32_beside(
     )?;
     let measured = |st: Stats, wrong: i64| Measurement {
         wrong: Some(wrong.max(0) as usize),
-        ..measurement(&shape, n, iters, st)
+        ..Measurement::all_reduce_sum(n, shape.bytes, shape.reported_count, DType::F32, iters, &st)
     };
     Ok(Beside {
         ours: measured(ours_st, wrong[0]),
@@ -147,28 +147,6 @@ fn check_bare(
         .enumerate()
         .filter(|&(i, &x)| x != ranks_sum * pattern(i))
         .count())
-}
-
-/// The measurement of an in-place f32 sum all_reduce of `shape` (the case
-/// [`super::all_reduce_f32`] times) with `st`, unchecked.
-fn measurement(shape: &Shape, world: usize, iters: usize, st: Stats) -> Measurement {
-    Measurement {
-        collective: Collective::AllReduce,
-        world,
-        bytes: shape.bytes,
-        count: shape.reported_count,
-        dtype: DType::F32,
-        op: Some(ReduceOp::Sum),
-        root: None,
-        in_place: true,
-        iters,
-        min_us: st.min,
-        median_us: st.median,
-        mean_us: st.mean,
-        p99_us: st.p99,
-        max_us: st.max,
-        wrong: None,
-    }
 }
 
 #[cfg(test)]

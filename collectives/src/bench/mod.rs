@@ -151,6 +151,35 @@ pub struct Measurement {
 }
 
 impl Measurement {
+    /// An in-place sum all_reduce of `count` `dtype` elements (`bytes`
+    /// bytes) over `world` ranks, timed `iters` times with statistics `st`;
+    /// unchecked (`wrong` is `None`): for harnesses that time it their own way.
+    pub fn all_reduce_sum(
+        world: usize,
+        bytes: usize,
+        count: usize,
+        dtype: DType,
+        iters: usize,
+        st: &Stats,
+    ) -> Measurement {
+        Measurement {
+            collective: Collective::AllReduce,
+            world,
+            bytes,
+            count,
+            dtype,
+            op: Some(ReduceOp::Sum),
+            root: None,
+            in_place: true,
+            iters,
+            min_us: st.min,
+            median_us: st.median,
+            mean_us: st.mean,
+            p99_us: st.p99,
+            max_us: st.max,
+            wrong: None,
+        }
+    }
     /// Algorithm bandwidth: bytes / median time, GB/s (1 GB = 1e9 bytes).
     pub fn algbw_gbps(&self) -> f64 {
         if self.median_us <= 0.0 {

@@ -12,7 +12,7 @@
 use anyhow::{Context, bail};
 use clap::Parser;
 use collectives::bench::{self, Combine, Measurement, Stats};
-use collectives::{BufferMut, Collective, DType, Input, ReduceOp};
+use collectives::{BufferMut, DType, Input, ReduceOp};
 use lab01_first_allreduce::{all_reduce_by_hand, expected, input};
 use labkit::{LabError, Run, Variant};
 
@@ -125,26 +125,17 @@ fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One timed size of an in-place f64 sum over `world` ranks.
+/// One timed size of an in-place f64 sum over `world` ranks, checked once,
+/// exactly, before the timing (above), not per size.
 fn record(world: usize, bytes: u64, iters: usize, st: &Stats) -> Measurement {
-    Measurement {
-        collective: Collective::AllReduce,
+    Measurement::all_reduce_sum(
         world,
-        bytes: bytes as usize,
-        count: (bytes / 8) as usize,
-        dtype: DType::F64,
-        op: Some(ReduceOp::Sum),
-        root: None,
-        in_place: true,
+        bytes as usize,
+        (bytes / 8) as usize,
+        DType::F64,
         iters,
-        min_us: st.min,
-        median_us: st.median,
-        mean_us: st.mean,
-        p99_us: st.p99,
-        max_us: st.max,
-        // Checked once, exactly, before the timing (above), not per size.
-        wrong: None,
-    }
+        st,
+    )
 }
 
 /// Fewer iterations for larger messages, so a default run stays under a minute.
