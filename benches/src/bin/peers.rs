@@ -470,9 +470,8 @@ fn cores_line(impls: &[Impl], run_cores: &BTreeMap<Impl, Vec<f64>>) -> String {
     let each: Vec<String> = impls
         .iter()
         .filter_map(|i| {
-            let mut v = run_cores.get(i)?.clone();
-            v.sort_by(f64::total_cmp);
-            Some(format!("{i} {:.2}", v.get(v.len() / 2)?))
+            let median = measure::median_run(run_cores.get(i)?, |c| *c)?;
+            Some(format!("{i} {median:.2}"))
         })
         .collect();
     format!(
