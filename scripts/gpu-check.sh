@@ -54,11 +54,17 @@
 #         libtorch's Kineto profiler on both sides) and benches/profile_summary.py:
 #         ops, kernel launches and device time per step, side by side;
 #      e. labs 2, 4 and 5 (reference solutions, LABS_ARGS added, e.g. --quick), each
-#         within LAB_TIMEOUT s (300): their GPU paths, figures and results.
+#         within LAB_TIMEOUT s (300): their GPU paths, figures and results;
+#      f. Gloo against torch's gloo on the node's CPUs: `ringside bench --backend gloo
+#         --peer torch --repeat 3 -b 4 -e 64M -f 4 --load L` for each entry L[@CPUS] of
+#         GLOO_RUNS (default "0 16 2@0,1": idle; 16 busy loops; 2 busy loops with the
+#         whole run held to CPUs 0 and 1 by taskset, a 2-core laptop on the node;
+#         empty skips it), each within GLOO_TIMEOUT s (240); the tables go to gloo.log
+#         and the summary.
 #    What comes back, in target/gpu-check-out/<UTC time>: gpu-check.log (everything
 #    printed), summary.md (each step's verdict, the training table, lab 2 against
 #    eager, lab 5's bubble against its model, the figures' paths), train/*.json
-#    (every training run's JSON line), labNN.log and results/labNN/<time>/ (each
+#    (every training run's JSON line), gloo.log, labNN.log and results/labNN/<time>/ (each
 #    lab's results.json, SVG and PNG figures). When $OUT is set (the device `run`
 #    tool fetches it, at most 8 files 2 folders deep): gpu-check.log and summary.md
 #    there, the rest in $OUT/details.tar.gz.
@@ -199,6 +205,18 @@ profile_both() {
         ringside-train="$dir/profile-ringside.json" eager="$dir/profile-eager.json" >"$file" || return 1
     cat "$file"
     gzip -f "$dir/profile-ringside.json" "$dir/profile-eager.json"
+}
+
+# ringside bench --backend gloo --peer torch beside LOAD busy loops, held to
+# CPUS (a taskset list) when given; its output is appended to LOG.
+gloo_vs_torch() {
+    local load=$1 cpus=$2 log=$3
+    local cmd=("$bin/ringside" bench --backend gloo --peer torch --python "$python"
+        --repeat "${GLOO_REPEAT:-3}" -b 4 -e "${GLOO_MAX:-64M}" -f 4 --load "$load")
+    [ -n "$cpus" ] && cmd=(taskset -c "$cpus" "${cmd[@]}")
+    echo "== gloo: ${cmd[*]}" | tee -a "$log"
+    LD_LIBRARY_PATH="$with_torch" timeout "${GLOO_TIMEOUT:-240}" "${cmd[@]}" 2>&1 | tee -a "$log"
+    return "${PIPESTATUS[0]}"
 }
 
 run_checks() {
@@ -343,6 +361,21 @@ PY
         sed 's/^/    /' "$out/$lab.log"
     done
 
+    # f. Gloo against torch's gloo on this node's CPUs (the GPU plays no part):
+    # idle and beside busy loops, GLOO_RUNS entries of LOAD[@CPUS], e.g.
+    # "0 16 2@0,1": no load; 16 busy loops; 2 busy loops with the whole run
+    # (ranks, peer and loops) held to CPUs 0 and 1 by taskset, a 2-core laptop
+    # on this node. Empty skips the step.
+    local run load cpus gloo_log="$out/gloo.log"
+    : >"$gloo_log"
+    for run in ${GLOO_RUNS-0 16 2@0,1}; do
+        load=${run%%@*}
+        cpus=
+        [ "$run" != "$load" ] && cpus=${run#*@}
+        step "Gloo against torch's gloo, --load $load${cpus:+, CPUs $cpus}" \
+            gloo_vs_torch "$load" "$cpus" "$gloo_log"
+    done
+
     {
         echo "# ringside GPU check, $(date -u +%F)"
         echo
@@ -369,6 +402,14 @@ PY
         echo
         echo '```'
         sed -n "/GPipe's bubble against the model/,/^With the costs/p" "$out/lab05-model-parallel.log"
+        echo '```'
+        echo
+        echo "## Gloo against torch's gloo on this node's CPUs"
+        echo
+        echo '```'
+        # Each run's command and its side-by-side table.
+        awk '/^== gloo:/ { print; n++ } /^# gloo vs torch-gloo/ { on = 1 } on { print } /^# worst ratio/ { on = 0 }
+            END { if (!n) print "no Gloo runs (GLOO_RUNS empty)" }' "$gloo_log"
         echo '```'
         echo
         echo "## Figures"

@@ -10,6 +10,7 @@
 //!   shared-memory transport, the Gloo backend).
 //! - [`autogroup`]: whether this process is a scheduling group of its own.
 //! - [`futex`]: the shared-memory transport's doorbell.
+//! - [`slice`]: a shorter scheduler slice, so that a woken rank runs at once.
 //! - [`socket`]: non-blocking vectored `sendmsg`/`recvmsg` for the TCP transport.
 //! - [`dial`]: "connect, retrying until the deadline", for the TCP transport's
 //!   mesh and the store client alike.
@@ -20,6 +21,9 @@ pub(crate) mod affinity;
 pub(crate) mod autogroup;
 pub(crate) mod dial;
 pub(crate) mod futex;
+// Asked only by the Gloo backend, for its rank and loop threads.
+#[cfg(feature = "gloo")]
+pub(crate) mod slice;
 pub(crate) mod socket;
 
 use std::io;

@@ -120,6 +120,29 @@
 //! 0.98–1.06×). That idle speed on two cores is what this choice alone gave
 //! up; 4 MiB segments won it back until the loop fix ([`SEGMENT_BYTES`]).
 //!
+//! **A short scheduler slice** ([`short_slice`], `sys::slice`): the rank's
+//! caller asks for a 100 µs EEVDF slice before Gloo's threads and the worker
+//! start, so all of them run with it (the caller's own comes back when the
+//! communicator goes). A woken thread with the default slice waits for a busy
+//! program's slice to run out, and that slice grows with the CPUs: on a
+//! 16-core H200 node beside 16 busy loops, calls of 4 B–256 KiB took one
+//! scheduler tick (4 ms) at 1–3 sizes in each of 4 runs with the default and at
+//! none in 3 runs with the short slice (`ringside bench --backend gloo --peer
+//! torch --repeat 3 -b 4 -e 1M|64M -f 4 --load 16`, taken in turn, 2026-11-28
+//! 16:55–17:09 UTC; 0.24–0.67× torch's gloo there, against up to 32× with the
+//! default). Calls on the worker, 1 MiB and up, did not change there: 1 MiB
+//! took one or two ticks in all 7 runs, either way, and 4 MiB two in the 3 that
+//! measured it. On the 2-core EPYC VM
+//! (17:10–17:45 UTC, `--load 2`, 6 runs each way in turn, medians per size):
+//! 16 MiB 19.6 against 29.3 ms, 64 MiB 81 against 89, but 1 MiB 1.37 against
+//! 1.23 and 4 MiB 6.1 against 5.1; every size at most 1.0× torch's in 3 of 6
+//! runs with it and 2 of 6 without; idle alike (2 runs each). The slice
+//! changes when a thread runs, not how much: its share stays its weight's.
+//! A 2026-11-27 trial on the Xeon VM (2 cores, where the default slice is
+//! 1.4 ms) had found no gain, which is why it waited until a larger machine
+//! showed what it is for. `RINGSIDE_GLOO_SLICE=off` (or a number of µs) for
+//! an A/B.
+//!
 //! **Placement.** When the launcher says where a rank sits on its host
 //! ([`Options::local_rank`] and [`Options::per_node`], which
 //! [`crate::job::options`] sets), the host's ranks fit its CPUs, and the ranks
@@ -206,7 +229,7 @@ pub mod loop_yield;
 pub mod preload;
 mod worker;
 
-use crate::sys::{affinity, autogroup};
+use crate::sys::{affinity, autogroup, slice};
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -487,6 +510,9 @@ pub struct GlooComm {
     /// The rank's CPU binding, undone when the communicator goes (dropped
     /// after the worker and Gloo's context, whose threads it covered).
     _binding: Option<affinity::Binding>,
+    /// The caller's shorter scheduler slice, put back when the communicator
+    /// goes (Gloo's threads and the worker inherited it: [`short_slice`]).
+    _slice: Option<slice::Slice>,
 }
 
 struct Inner {
@@ -554,6 +580,8 @@ impl GlooComm {
         // its own, which bound could use its fair share on one core only.
         let binding = place_to_bind(opts, yielding, autogroup::own_group())
             .and_then(|(local, on_host)| affinity::bind_local_rank(local, on_host));
+        // Before Gloo's threads and the worker start, so that they inherit it.
+        let slice = short_slice();
         // On the rank's own thread, so that Gloo's event-loop threads keep the
         // rank's priority, as in PyTorch: see "Gloo's threads" above for what
         // running them nicer cost.
@@ -574,6 +602,7 @@ impl GlooComm {
         let worker = worker::Worker::start()?;
         Ok(GlooComm {
             _binding: binding,
+            _slice: slice,
             worker,
             rank,
             world,
@@ -1032,6 +1061,22 @@ fn place_to_bind(opts: &Options, yielding: bool, own_group: bool) -> Option<(usi
     }
 }
 
+/// The slice Gloo's threads ask the scheduler for: `RINGSIDE_GLOO_SLICE`
+/// (microseconds, or `off` for the kernel's default, for an A/B), else
+/// [`slice::SHORTEST`], 100 µs. Every hand-off of a Gloo call wakes a thread
+/// (the loop for a message, the caller or the worker for its end); beside busy
+/// programs a woken thread with the default slice waits for theirs to end
+/// (`sys::slice` says why and how long). Best effort: where the kernel
+/// refuses, Gloo runs with the default.
+fn short_slice() -> Option<slice::Slice> {
+    let asked = std::env::var("RINGSIDE_GLOO_SLICE").ok();
+    let slice = match asked.as_deref().map(str::trim) {
+        Some("off") => return None,
+        Some(us) => Duration::from_micros(us.parse().ok()?),
+        None => slice::SHORTEST,
+    };
+    slice::Slice::shorten(slice).ok()
+}
 #[cfg(test)]
 mod tests {
     use super::*;
