@@ -1099,6 +1099,51 @@ mod tests {
         });
     }
 
+    /// Regression (16-core node beside 16 busy loops): with the kernel's
+    /// default slice a woken Gloo thread waited out a busy program's, a 4 ms
+    /// tick, at small calls. The caller and the worker (and Gloo's loop
+    /// threads, started in between) run with the short slice while the
+    /// communicator lives, and the caller's own comes back after it.
+    #[test]
+    fn gloo_threads_run_with_a_short_slice_and_the_caller_gets_its_own_back() {
+        if std::env::var_os("RINGSIDE_GLOO_SLICE").is_some() {
+            eprintln!("skipped: RINGSIDE_GLOO_SLICE is set");
+            return;
+        }
+        // Asked on a thread of its own, so that a kernel that keeps no slice
+        // per thread skips the test rather than hiding a missing one.
+        let kept = std::thread::spawn(|| {
+            let asked = slice::Slice::shorten(slice::SHORTEST);
+            asked.is_ok() && slice::current() == Some(slice::SHORTEST)
+        })
+        .join()
+        .unwrap();
+        if !kept {
+            eprintln!("skipped: this kernel keeps no scheduler slice per thread (before 6.12)");
+            return;
+        }
+        let store = MemStore::new(Duration::from_secs(20));
+        let mut opts = Options::new([0; 16]).unwrap();
+        opts.timeout = Duration::from_secs(20);
+        std::thread::scope(|s| {
+            for r in 0..2 {
+                let (store, opts) = (&store, &opts);
+                s.spawn(move || {
+                    let before = slice::current();
+                    let c = GlooComm::connect(store, r, 2, opts).unwrap();
+                    let caller = slice::current();
+                    let worker = c.worker.call(slice::current).unwrap();
+                    // Both ranks end their calls before either drops.
+                    c.barrier().unwrap();
+                    drop(c);
+                    assert_eq!(caller, Some(slice::SHORTEST), "the caller's slice");
+                    assert_eq!(worker, Some(slice::SHORTEST), "the worker's slice");
+                    assert_eq!(slice::current(), before, "the caller's slice after");
+                });
+            }
+        });
+    }
+
     /// Each local rank runs on CPUs of its own while its communicator lives
     /// (its Gloo threads, started meanwhile, inherit them), and gets its mask
     /// back when it goes; a rank whose place on the host is unknown stays
