@@ -65,11 +65,12 @@ pub(crate) fn bind_to(cpus: &[usize]) -> io::Result<()> {
     Ok(())
 }
 
-/// A binding in force, undone when dropped on the thread that made it.
+/// A binding in force, undone when dropped on the thread that made it
+/// ([`super::OnThisThread`]).
 #[derive(Debug)]
 pub(crate) struct Binding {
-    previous: Vec<usize>,
-    tid: libc::pid_t,
+    /// Held for its drop, which puts the setting back.
+    _before: super::OnThisThread<Vec<usize>>,
 }
 
 impl Binding {
@@ -78,26 +79,9 @@ impl Binding {
     pub(crate) fn new(cpus: &[usize], previous: Vec<usize>) -> io::Result<Binding> {
         bind_to(cpus)?;
         Ok(Binding {
-            previous,
-            tid: this_thread(),
+            _before: super::OnThisThread::new(previous, |cpus| bind_to(cpus)),
         })
     }
-}
-
-impl Drop for Binding {
-    /// Restores the mask from before, if dropped on the thread that was
-    /// bound (a communicator moved to another thread and dropped there leaves
-    /// that thread alone). Best effort: there is nobody to tell of a failure.
-    fn drop(&mut self) {
-        if this_thread() == self.tid {
-            let _ = bind_to(&self.previous);
-        }
-    }
-}
-
-fn this_thread() -> libc::pid_t {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::gettid() }
 }
 
 /// Binds this thread (and the threads it starts from now on) to local rank

@@ -30,6 +30,42 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
+/// A setting of the calling thread (its CPUs, its scheduler slice) in force,
+/// put back as it was when dropped on that thread. Dropped on another (a
+/// communicator moved to another thread and dropped there) it leaves that
+/// thread alone. Best effort: there is nobody to tell of a failure.
+#[derive(Debug)]
+pub(crate) struct OnThisThread<T> {
+    previous: T,
+    put_back: fn(&T) -> io::Result<()>,
+    tid: libc::pid_t,
+}
+
+impl<T> OnThisThread<T> {
+    /// Remembers `previous`, the setting before the caller changed it, and
+    /// how to put it back.
+    pub(crate) fn new(previous: T, put_back: fn(&T) -> io::Result<()>) -> OnThisThread<T> {
+        OnThisThread {
+            previous,
+            put_back,
+            tid: this_thread(),
+        }
+    }
+}
+
+impl<T> Drop for OnThisThread<T> {
+    fn drop(&mut self) {
+        if this_thread() == self.tid {
+            let _ = (self.put_back)(&self.previous);
+        }
+    }
+}
+
+fn this_thread() -> libc::pid_t {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
 /// The result of a system call that reports failure as a negative return
 /// value with the reason in `errno`.
 pub(crate) fn cvt(n: isize) -> io::Result<usize> {

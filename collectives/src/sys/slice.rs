@@ -56,8 +56,11 @@ fn get() -> io::Result<SchedAttr> {
     Ok(attr)
 }
 
-fn set(mut attr: SchedAttr) -> io::Result<()> {
-    attr.size = std::mem::size_of::<SchedAttr>() as u32;
+fn set(attr: &SchedAttr) -> io::Result<()> {
+    let attr = SchedAttr {
+        size: std::mem::size_of::<SchedAttr>() as u32,
+        ..*attr
+    };
     // SAFETY: `attr` is a live sched_attr whose `size` says its size; pid 0 =
     // this thread, flags 0.
     let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
@@ -74,11 +77,12 @@ pub(crate) fn current() -> Option<Duration> {
         .then(|| Duration::from_nanos(attr.sched_runtime))
 }
 
-/// A slice in force on the thread that asked, put back when dropped there.
+/// A slice in force on the thread that asked, put back when dropped there
+/// ([`super::OnThisThread`]).
 #[derive(Debug)]
 pub(crate) struct Slice {
-    previous: SchedAttr,
-    tid: libc::pid_t,
+    /// Held for its drop, which puts the setting back.
+    _before: super::OnThisThread<SchedAttr>,
 }
 
 impl Slice {
@@ -99,27 +103,11 @@ impl Slice {
         }
         let mut attr = previous;
         attr.sched_runtime = u64::try_from(slice.as_nanos()).unwrap_or(u64::MAX);
-        set(attr)?;
+        set(&attr)?;
         Ok(Slice {
-            previous,
-            tid: this_thread(),
+            _before: super::OnThisThread::new(previous, set),
         })
     }
-}
-
-impl Drop for Slice {
-    /// Puts the slice from before back, if dropped on the thread that asked
-    /// (as `affinity::Binding`). Best effort: nobody is there to tell.
-    fn drop(&mut self) {
-        if this_thread() == self.tid {
-            let _ = set(self.previous);
-        }
-    }
-}
-
-fn this_thread() -> libc::pid_t {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::gettid() }
 }
 
 #[cfg(test)]
