@@ -110,9 +110,14 @@ fn resume_from_checkpoint_is_bit_identical_to_uninterrupted_training() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("k.safetensors");
     let data = data::synthetic(40, 21).unwrap();
+    // Width 8, not 4: PyTorch 2.11.0's oneDNN corrupts the heap in the
+    // backward pass of a strided 1x1 convolution with 4 input channels in
+    // channels-last on AVX2-only CPUs (seen on an AMD EPYC VM; the same
+    // convolution in plain PyTorch aborts there too; see README, "Known
+    // issues"). The test is about resuming, not that kernel.
     let bp = || {
         models::resnet(&ResNetConfig {
-            width: 4,
+            width: 8,
             ..Default::default()
         })
     };

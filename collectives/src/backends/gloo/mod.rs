@@ -120,7 +120,7 @@
 //! 0.98–1.06×). That idle speed on two cores is what this choice alone gave
 //! up; 4 MiB segments won it back until the loop fix ([`SEGMENT_BYTES`]).
 //!
-//! **A short scheduler slice** ([`short_slice`], `sys::slice`): the rank's
+//! **A short scheduler slice** (`short_slice` below, `sys::slice`): the rank's
 //! caller asks for a 100 µs EEVDF slice before Gloo's threads and the worker
 //! start, so all of them run with it (the caller's own comes back when the
 //! communicator goes). A woken thread with the default slice waits for a busy
