@@ -104,6 +104,8 @@ impl Slice {
         let mut attr = previous;
         attr.sched_runtime = u64::try_from(slice.as_nanos()).unwrap_or(u64::MAX);
         set(&attr)?;
+        // Put back as read: where no slice was asked for, the kernel's
+        // default as a slice of the same length, which behaves alike.
         Ok(Slice {
             _before: super::OnThisThread::new(previous, set),
         })

@@ -581,7 +581,7 @@ impl GlooComm {
         let binding = place_to_bind(opts, yielding, autogroup::own_group())
             .and_then(|(local, on_host)| affinity::bind_local_rank(local, on_host));
         // Before Gloo's threads and the worker start, so that they inherit it.
-        let slice = short_slice();
+        let slice = short_slice()?;
         // On the rank's own thread, so that Gloo's event-loop threads keep the
         // rank's priority, as in PyTorch: see "Gloo's threads" above for what
         // running them nicer cost.
@@ -1062,21 +1062,26 @@ fn place_to_bind(opts: &Options, yielding: bool, own_group: bool) -> Option<(usi
 }
 
 /// The slice Gloo's threads ask the scheduler for: `RINGSIDE_GLOO_SLICE`
-/// (microseconds, or `off` for the kernel's default, for an A/B), else
-/// [`slice::SHORTEST`], 100 µs. Every hand-off of a Gloo call wakes a thread
-/// (the loop for a message, the caller or the worker for its end); beside busy
-/// programs a woken thread with the default slice waits for theirs to end
-/// (`sys::slice` says why and how long). Best effort: where the kernel
-/// refuses, Gloo runs with the default.
-fn short_slice() -> Option<slice::Slice> {
+/// (microseconds, or `off` for the kernel's default, for an A/B; anything else
+/// is an error), else [`slice::SHORTEST`], 100 µs. Every hand-off of a Gloo
+/// call wakes a thread (the loop for a message, the caller or the worker for
+/// its end); beside busy programs a woken thread with the default slice waits
+/// for theirs to end (`sys::slice` says why and how long). Best effort: where
+/// the kernel refuses, Gloo runs with the default.
+fn short_slice() -> Result<Option<slice::Slice>> {
     let asked = std::env::var("RINGSIDE_GLOO_SLICE").ok();
     let slice = match asked.as_deref().map(str::trim) {
-        Some("off") => return None,
-        Some(us) => Duration::from_micros(us.parse().ok()?),
+        Some("off") => return Ok(None),
+        Some(us) => Duration::from_micros(us.parse().map_err(|_| {
+            Error::InvalidArgument(format!(
+                "RINGSIDE_GLOO_SLICE={us:?}: expected microseconds (e.g. 100) or `off`"
+            ))
+        })?),
         None => slice::SHORTEST,
     };
-    slice::Slice::shorten(slice).ok()
+    Ok(slice::Slice::shorten(slice).ok())
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
