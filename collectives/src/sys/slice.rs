@@ -36,6 +36,15 @@ struct SchedAttr {
     sched_util_max: u32,
 }
 
+impl SchedAttr {
+    /// Whether these are a fair-class thread's (`SCHED_OTHER`, `SCHED_BATCH`),
+    /// the only ones whose `sched_runtime` is a slice.
+    fn fair(&self) -> bool {
+        self.sched_policy == libc::SCHED_OTHER as u32
+            || self.sched_policy == libc::SCHED_BATCH as u32
+    }
+}
+
 /// The shortest slice the kernel takes (it clamps requests to 0.1–100 ms).
 pub(crate) const SHORTEST: Duration = Duration::from_micros(100);
 
@@ -73,7 +82,7 @@ fn set(attr: &SchedAttr) -> io::Result<()> {
 #[cfg(test)]
 pub(crate) fn current() -> Option<Duration> {
     let attr = get().ok()?;
-    (attr.sched_policy == libc::SCHED_OTHER as u32 || attr.sched_policy == libc::SCHED_BATCH as u32)
+    attr.fair()
         .then(|| Duration::from_nanos(attr.sched_runtime))
 }
 
@@ -93,9 +102,7 @@ impl Slice {
     /// `sched_runtime` was ignored, not refused: then nothing changes).
     pub(crate) fn shorten(slice: Duration) -> io::Result<Slice> {
         let previous = get()?;
-        if previous.sched_policy != libc::SCHED_OTHER as u32
-            && previous.sched_policy != libc::SCHED_BATCH as u32
-        {
+        if !previous.fair() {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 "not a fair-class thread",
