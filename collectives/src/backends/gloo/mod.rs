@@ -132,7 +132,10 @@
 //! 16:55–17:09 UTC; 0.24–0.67× torch's gloo there, against up to 32× with the
 //! default). Calls on the worker, 1 MiB and up, did not change there: 1 MiB
 //! took one or two ticks in all 7 runs, either way, and 4 MiB two in the 3 that
-//! measured it. On the 2-core EPYC VM
+//! measured it: not the slice's, nor the worker's (without the worker they
+//! stalled alike), but Gloo's loop yielding its CPU to a busy loop while the
+//! lock holder ran on another, mended since ([`loop_yield`], "Only where the
+//! holder may wait behind the loop"). On the 2-core EPYC VM
 //! (17:10–17:45 UTC, `--load 2`, 6 runs each way in turn, medians per size):
 //! 16 MiB 19.6 against 29.3 ms, 64 MiB 81 against 89, but 1 MiB 1.37 against
 //! 1.23 and 4 MiB 6.1 against 5.1; every size at most 1.0× torch's in 3 of 6
@@ -569,6 +572,9 @@ impl GlooComm {
         // as shipped, spin and all (`loop_yield` says when), which is no
         // reason to refuse the job.
         let yielding = loop_yield::install().is_ok();
+        // Before any binding below narrows them: the CPUs the host's ranks share.
+        let host_cpus = affinity::allowed_cpus().map_or(1, |c| c.len());
+        loop_yield::plan(opts.per_node.unwrap_or(world), host_cpus);
         // Before Gloo opens a descriptor, so that none of them outlives the
         // rank in a program it starts (`close_on_exec`). Where it cannot be
         // done they stay inheritable, as Gloo ships them.
