@@ -26,8 +26,8 @@
 //!
 //! **What this does.** [`install`] points libgloo's imports of `epoll_wait`,
 //! `epoll_ctl`, `recv` and `writev` (its GOT entries; only libgloo's, nothing
-//! else in the process) at wrappers that call the real ones. The socket ones note that the
-//! calling thread moved bytes (or tried to). `epoll_wait`'s returns what the
+//! else in the process) at wrappers that call the real ones. The socket ones
+//! note that the calling thread moved bytes (or tried to). `epoll_wait`'s returns what the
 //! real one returns, but when a thread gets back the same ready set as last
 //! time and has made no socket call since, Gloo's handler did nothing with it:
 //! the lock was taken. After [`SPIN_BEFORE_YIELD`] of that it calls
@@ -58,22 +58,23 @@
 //! `epoll_ctl` wrapper which descriptor each handler watches, and a stuck
 //! loop yields only where a stuck pair's holder was last seen on its own CPU,
 //! or not seen at all (`worth_yielding`); elsewhere it spins on, as torch's
-//! loop does, until the holder lets go or the scheduler's tick moves it. Only
-//! where the host's CPUs fit every rank's two busy threads, though ([`plan`]):
-//! with fewer, the spinning loop takes a CPU another rank needs. On the 2-core
-//! EPYC VM under `--load 2` (7 runs each way of `-b 4 -e 64M -f 4`, in turn
-//! with yielding anywhere, 19:44–20:05 UTC; 4 of the 7 from a variant that
-//! yielded after 100 µs all the same) a loop that kept its CPU made 16 MiB
-//! slower: median 23.1 against 17.0 ms, median ratio to torch's 1.03 against
-//! 0.74 (64 MiB 68 against 83 ms, 1 and 4 MiB alike). So there, and wherever
-//! twice the host's ranks exceed its CPUs, it yields as before. Same node, same load, in turn with
-//! `RINGSIDE_GLOO_LOOP_YIELD=anywhere` (20:07–20:09 node time, `-b 4 -e 16M -f 4`):
-//! 1 MiB 523 and 441 µs (0.95 and 0.85× torch's), every size at most 0.97×
-//! in both runs, against 629 µs (1.33×) and 4 MiB 1.08× yielding anywhere; an
-//! earlier build with one process-wide holder CPU read 694 / 545 µs against
-//! 2,807 / 3,934 (2 runs each). Idle on the node, one run: 4 B–4 MiB
-//! 0.49–0.91×, 16 MiB 1.08× (7.10 against 6.58 ms; that build's earlier runs
-//! and yielding anywhere read 0.99).
+//! loop does, until the holder lets go or the scheduler's tick moves it. Same
+//! node, same load, in turn with `RINGSIDE_GLOO_LOOP_YIELD=anywhere` (20:07–20:09
+//! node time, `-b 4 -e 16M -f 4`): 1 MiB 523 and 441 µs (0.95 and 0.85×
+//! torch's), every size at most 0.97× in both runs, against 629 µs (1.33×)
+//! and 4 MiB 1.08× yielding anywhere; an earlier build with one process-wide
+//! holder CPU read 694 / 545 µs against 2,807 / 3,934 (2 runs each). Idle on
+//! the node, one run: 4 B–4 MiB 0.49–0.91×, 16 MiB 1.08× (7.10 against 6.58
+//! ms; the earlier build's and yielding anywhere's idle runs read 0.99).
+//!
+//! Only where the host's CPUs fit every rank's two busy threads, though
+//! ([`plan`]): with fewer, the spinning loop takes a CPU another rank needs.
+//! On the 2-core EPYC VM under `--load 2` (7 runs each way of `-b 4 -e 64M -f
+//! 4`, in turn with yielding anywhere, 19:44–20:05 UTC; 4 of the 7 from a
+//! variant that yielded after 100 µs all the same) a loop that kept its CPU
+//! made 16 MiB slower: median 23.1 against 17.0 ms, median ratio to torch's
+//! 1.03 against 0.74 (64 MiB 68 against 83 ms, 1 and 4 MiB alike). So there,
+//! and wherever twice the host's ranks exceed its CPUs, it yields as before.
 //!
 //! Tried on 2026-11-28 and not kept: a stuck loop sleeping on the lock its
 //! handler failed to take (libgloo's `pthread_mutex_trylock` import wrapped,
@@ -352,9 +353,7 @@ unsafe extern "C" fn epoll_wait_hook(
         let yields = WATCH
             .try_with(|w| {
                 let mut w = w.borrow_mut();
-                let yields = w
-                    .stuck(ready, moved, Instant::now)
-                    .is_some_and(|unmoved| unmoved >= SPIN_BEFORE_YIELD)
+                let yields = w.stuck(ready, moved, Instant::now)
                     && worth_yielding(ready, CPU_TO_SPARE.load(Ordering::Relaxed));
                 w.yields += u64::from(yields);
                 yields
@@ -389,16 +388,15 @@ struct Watch {
 }
 
 impl Watch {
-    /// How long the loop has been getting the same ready set back with no
-    /// socket call in between, given the set just returned, whether it made a
-    /// socket call since the last return, and the clock (read only when the
-    /// set repeats unmoved: most returns need no time). `None`: it moved.
+    /// Whether the loop is stuck (and may yield), given the ready set just
+    /// returned, whether it made a socket call since the last return, and the
+    /// clock (read only when the set repeats unmoved: most returns need no time).
     fn stuck(
         &mut self,
         ready: &[libc::epoll_event],
         moved: bool,
         now: impl FnOnce() -> Instant,
-    ) -> Option<Duration> {
+    ) -> bool {
         let key = |e: &libc::epoll_event| ({ e.u64 }, { e.events });
         let same =
             self.key.len() == ready.len() && self.key.iter().zip(ready).all(|(k, e)| *k == key(e));
@@ -408,10 +406,10 @@ impl Watch {
                 self.key.extend(ready.iter().map(key));
             }
             self.since = None;
-            return None;
+            return false;
         }
         let now = now();
-        Some(now.duration_since(*self.since.get_or_insert(now)))
+        now.duration_since(*self.since.get_or_insert(now)) >= SPIN_BEFORE_YIELD
     }
 }
 
@@ -431,39 +429,30 @@ mod tests {
         let t0 = Instant::now();
         let at = |us| t0 + Duration::from_micros(us);
         let inb = libc::EPOLLIN as u32;
-        let stuck = |w: &mut Watch, ready: &[libc::epoll_event], moved, now: Instant| {
-            w.stuck(ready, moved, || now)
-                .is_some_and(|d| d >= SPIN_BEFORE_YIELD)
-        };
         let mut w = Watch::default();
         // First sight; then the same set with nothing read, for 20 µs.
-        assert!(!stuck(&mut w, &[ev(1, inb)], false, at(0)));
-        assert!(!stuck(&mut w, &[ev(1, inb)], false, at(1)));
-        assert!(!stuck(&mut w, &[ev(1, inb)], false, at(5)));
-        assert!(stuck(&mut w, &[ev(1, inb)], false, at(6)), "5 µs unmoved");
+        assert!(!w.stuck(&[ev(1, inb)], false, || at(0)));
+        assert!(!w.stuck(&[ev(1, inb)], false, || at(1)));
+        assert!(!w.stuck(&[ev(1, inb)], false, || at(5)));
+        assert!(w.stuck(&[ev(1, inb)], false, || at(6)), "5 µs unmoved");
         assert!(
-            stuck(&mut w, &[ev(1, inb)], false, at(7)),
+            w.stuck(&[ev(1, inb)], false, || at(7)),
             "and on while stuck"
         );
         // A socket call (progress) starts the wait over.
-        assert!(!stuck(&mut w, &[ev(1, inb)], true, at(8)));
-        assert!(!stuck(&mut w, &[ev(1, inb)], false, at(10)));
-        assert!(!stuck(&mut w, &[ev(1, inb)], false, at(14)));
-        assert!(stuck(&mut w, &[ev(1, inb)], false, at(15)));
+        assert!(!w.stuck(&[ev(1, inb)], true, || at(8)));
+        assert!(!w.stuck(&[ev(1, inb)], false, || at(10)));
+        assert!(!w.stuck(&[ev(1, inb)], false, || at(14)));
+        assert!(w.stuck(&[ev(1, inb)], false, || at(15)));
         // Another handler or other bits: a new set.
-        assert!(!stuck(&mut w, &[ev(2, inb)], false, at(90)));
-        assert!(!stuck(
-            &mut w,
-            &[ev(2, inb | libc::EPOLLOUT as u32)],
-            false,
-            at(200)
-        ));
-        assert!(!stuck(&mut w, &[ev(2, inb), ev(1, inb)], false, at(300)));
+        assert!(!w.stuck(&[ev(2, inb)], false, || at(90)));
+        assert!(!w.stuck(&[ev(2, inb | libc::EPOLLOUT as u32)], false, || at(200)));
+        assert!(!w.stuck(&[ev(2, inb), ev(1, inb)], false, || at(300)));
         // Streaming, or small calls back to back: the same set every time,
         // with a read after each.
         let mut w = Watch::default();
         for us in 0..100 {
-            assert!(!stuck(&mut w, &[ev(4, inb)], us > 0, at(us * 30)));
+            assert!(!w.stuck(&[ev(4, inb)], us > 0, || at(us * 30)));
         }
     }
 
