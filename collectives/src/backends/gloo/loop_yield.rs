@@ -50,9 +50,9 @@
 //! 0.7–1.9 (2.1–5.1×; `bench --backend gloo --peer torch --repeat 3 --load 16`,
 //! 6 runs), with the worker or without it. `perf sched` over 2 s of 1 MiB
 //! calls (`perf record -a -g -e sched:sched_wakeup,sched:sched_switch`) had
-//! 285 and 354 yields after which a busy loop took the CPU, a 3.0–3.5 ms wait
-//! (p90) for the yielder after each, and the job with no thread running and
-//! one waiting for a CPU for 1.46–1.58 s of the 2. So the socket wrappers also
+//! 285 and 354 yields after which a busy loop took the CPU, the yielder
+//! waiting a median 3.2–3.5 ms (p90 3.7) after each, and the job with no
+//! thread running and one waiting for a CPU for 1.46–1.58 s of the 2. So the socket wrappers also
 //! note, per descriptor, the CPU of each call made outside a loop (the
 //! holder's: the rank's caller or worker, which write holding the lock), the
 //! `epoll_ctl` wrapper which descriptor each handler watches, and a stuck
