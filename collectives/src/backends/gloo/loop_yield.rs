@@ -192,39 +192,33 @@ pub fn install() -> Result<(), String> {
     .clone()
 }
 
-/// libgloo's `recv`: the real one, noted as progress (and where it ran).
+/// libgloo's `recv`: the real one, through [`socket_call`].
 unsafe extern "C" fn recv_hook(fd: c_int, buf: *mut c_void, len: usize, flags: c_int) -> isize {
-    let holder = moved(fd);
     // SAFETY: the caller's arguments, passed on unchanged.
-    let r = unsafe { libc::recv(fd, buf, len, flags) };
-    if holder {
-        holders::note(fd);
-    }
-    r
+    socket_call(fd, || unsafe { libc::recv(fd, buf, len, flags) })
 }
 
-/// libgloo's `writev`: the real one, noted as progress (and where it ran).
+/// libgloo's `writev`: the real one, through [`socket_call`].
 unsafe extern "C" fn writev_hook(fd: c_int, iov: *const libc::iovec, n: c_int) -> isize {
-    let holder = moved(fd);
     // SAFETY: the caller's arguments, passed on unchanged.
-    let r = unsafe { libc::writev(fd, iov, n) };
-    if holder {
-        // Again after the call: a long write may have moved the thread.
-        holders::note(fd);
-    }
-    r
+    socket_call(fd, || unsafe { libc::writev(fd, iov, n) })
 }
 
-/// Notes a socket call on `fd` as progress; on a thread other than a loop
-/// (the rank's caller or worker, which makes these calls holding the pair's
-/// lock) also notes its CPU, and says so.
-fn moved(fd: c_int) -> bool {
+/// Runs a socket call on `fd`, noted as progress; on a thread other than a
+/// loop (the rank's caller or worker, which makes these calls holding the
+/// pair's lock) also notes its CPU, before the call and again after it (a
+/// long write may have moved the thread).
+fn socket_call(fd: c_int, call: impl FnOnce() -> isize) -> isize {
     MOVED.with(|m| m.set(true));
     let holder = !IS_LOOP.with(Cell::get);
     if holder {
         holders::note(fd);
     }
-    holder
+    let r = call();
+    if holder {
+        holders::note(fd);
+    }
+    r
 }
 
 /// libgloo's `epoll_ctl`: the real one, and which descriptor each handler
