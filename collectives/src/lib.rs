@@ -32,6 +32,7 @@ pub mod bench;
 pub mod buffer;
 pub mod collective;
 pub mod conformance;
+mod copy;
 pub mod deadline;
 pub mod element;
 pub mod error;

@@ -7,6 +7,7 @@
 use std::ops::Range;
 
 use super::TaggedTransport;
+use crate::copy::copy;
 use crate::error::Result;
 use crate::transport::Sink;
 
@@ -24,7 +25,7 @@ pub fn gather(
     if r != root {
         return p.send(root, input);
     }
-    output[blocks[r].clone()].copy_from_slice(input);
+    copy(&mut output[blocks[r].clone()], input);
     for from in (0..n).filter(|&j| j != root) {
         p.recv(from, Sink::Copy(&mut output[blocks[from].clone()]))?;
     }
@@ -46,6 +47,6 @@ pub fn scatter(
     for to in (0..n).filter(|&j| j != root) {
         p.send(to, &input[blocks[to].clone()])?;
     }
-    output.copy_from_slice(&input[blocks[r].clone()]);
+    copy(output, &input[blocks[r].clone()]);
     Ok(())
 }

@@ -5,6 +5,7 @@
 use std::ops::Range;
 
 use super::{TaggedTransport, sub_mod};
+use crate::copy::copy;
 use crate::error::Result;
 use crate::transport::Sink;
 
@@ -17,7 +18,7 @@ pub fn all_to_all(
     blocks: &[Range<usize>],
 ) -> Result<()> {
     let (r, n) = (p.rank(), p.world());
-    output[blocks[r].clone()].copy_from_slice(&input[blocks[r].clone()]);
+    copy(&mut output[blocks[r].clone()], &input[blocks[r].clone()]);
     for k in 1..n {
         let to = (r + k) % n;
         let from = sub_mod(r, k, n);

@@ -30,6 +30,7 @@ use crate::algorithms::{
     plug::Plug, recursive_doubling, ring, tree,
 };
 use crate::buffer::{Buffer, BufferMut};
+use crate::copy::copy;
 use crate::element::{DType, ReduceOp, finish_avg};
 use crate::error::{Error, Result};
 use crate::flight::{Entry, Flight, History};
@@ -284,14 +285,14 @@ impl Communicator for ReferenceComm {
             let tag = g.mark(tag(Collective::AllReduce, seq, dtype, Some(op), 0, count));
             if n == 1 {
                 if let Some(s) = src {
-                    out.copy_from_slice(s);
+                    copy(out, s);
                 }
                 return Ok(());
             }
             if let Some(plug) = g.plug.clone() {
                 g.agree(tag)?;
                 if let Some(s) = src {
-                    out.copy_from_slice(s);
+                    copy(out, s);
                 }
                 plug.all_reduce(&mut g.tagged(tag), out, dtype, op)?;
                 if op == ReduceOp::Avg {
@@ -314,14 +315,14 @@ impl Communicator for ReferenceComm {
                     ..
                 } = g;
                 let work = area(scratch, bytes);
-                work.copy_from_slice(src.unwrap_or(out));
+                copy(work, src.unwrap_or(out));
                 let tmp = area(scratch2, bytes);
                 let mut p = TaggedTransport { t: t.as_mut(), tag };
                 recursive_doubling::all_reduce(&mut p, work, tmp, dtype, op)?;
                 if op == ReduceOp::Avg {
                     finish_avg(dtype, work, n);
                 }
-                out.copy_from_slice(work);
+                copy(out, work);
                 return Ok(());
             }
             // Before the agreement round: a bad layout fails every rank alike.
@@ -335,7 +336,7 @@ impl Communicator for ReferenceComm {
             }
             g.agree(tag)?;
             if let Some(s) = src {
-                out.copy_from_slice(s);
+                copy(out, s);
             }
             let Inner { t, scratch, .. } = g;
             let mut p = TaggedTransport { t: t.as_mut(), tag };
@@ -373,7 +374,7 @@ impl Communicator for ReferenceComm {
             let tag = g.mark(tag(Collective::Broadcast, seq, dtype, None, root, count));
             g.agree(tag)?;
             if let Some(s) = src {
-                out.copy_from_slice(s);
+                copy(out, s);
             }
             match g.plug.clone() {
                 Some(plug) => plug.broadcast(&mut g.tagged(tag), out, root),
@@ -412,7 +413,7 @@ impl Communicator for ReferenceComm {
             let bytes = count * dtype.size();
             if me == root {
                 if let Some(s) = src {
-                    out.copy_from_slice(s);
+                    copy(out, s);
                 }
                 tree::reduce(&mut p, out, dtype, op, root)?;
                 if op == ReduceOp::Avg {
@@ -422,7 +423,7 @@ impl Communicator for ReferenceComm {
                 // Non-roots accumulate partial results in scratch, leaving the
                 // caller's buffers as they were.
                 let acc = area(scratch, bytes);
-                acc.copy_from_slice(src.unwrap_or(&out[..bytes.min(out.len())]));
+                copy(acc, src.unwrap_or(&out[..bytes.min(out.len())]));
                 tree::reduce(&mut p, acc, dtype, op, root)?;
             }
             Ok(())
@@ -440,7 +441,7 @@ impl Communicator for ReferenceComm {
             g.agree(tag)?;
             let bl = blocks(count, n, dtype.size());
             if let Some(s) = src {
-                out[bl[me].clone()].copy_from_slice(s);
+                copy(&mut out[bl[me].clone()], s);
             }
             ring::all_gather_blocks(&mut g.tagged(tag), out, &bl)
         })
@@ -473,9 +474,9 @@ impl Communicator for ReferenceComm {
             let mine = match src {
                 Some(s) => {
                     let work = area(scratch, s.len());
-                    work.copy_from_slice(s);
+                    copy(work, s);
                     ring::reduce_scatter_blocks(&mut p, work, &bl, dtype, op)?;
-                    out.copy_from_slice(&work[bl[me].clone()]);
+                    copy(out, &work[bl[me].clone()]);
                     &mut out[..]
                 }
                 None => {
@@ -507,9 +508,9 @@ impl Communicator for ReferenceComm {
                 None => {
                     // In place: blocks still to be sent would be overwritten by
                     // blocks arriving, so send from a copy.
-                    let copy = area(scratch, out.len());
-                    copy.copy_from_slice(out);
-                    pairwise::all_to_all(&mut p, copy, out, &bl)
+                    let sent = area(scratch, out.len());
+                    copy(sent, out);
+                    pairwise::all_to_all(&mut p, sent, out, &bl)
                 }
             }
         })
@@ -532,7 +533,7 @@ impl Communicator for ReferenceComm {
                 Some(s) => linear::gather(&mut p, s, out, &bl, root),
                 None => {
                     let own = area(scratch, bl[me].len());
-                    own.copy_from_slice(&out[bl[me].clone()]);
+                    copy(own, &out[bl[me].clone()]);
                     linear::gather(&mut p, own, out, &bl, root)
                 }
             }
@@ -558,9 +559,9 @@ impl Communicator for ReferenceComm {
             let mut p = TaggedTransport { t: t.as_mut(), tag };
             match (&input, src) {
                 (Input::InPlace, _) => {
-                    let copy = area(scratch, if me == root { out.len() } else { 0 });
-                    copy.copy_from_slice(if me == root { &out[..] } else { &[] });
-                    linear::scatter(&mut p, copy, &mut out[bl[me].clone()], &bl, root)
+                    let sent = area(scratch, if me == root { out.len() } else { 0 });
+                    copy(sent, if me == root { &out[..] } else { &[] });
+                    linear::scatter(&mut p, sent, &mut out[bl[me].clone()], &bl, root)
                 }
                 (_, Some(s)) => linear::scatter(&mut p, s, out, &bl, root),
                 (_, None) => linear::scatter(&mut p, &[], out, &bl, root),

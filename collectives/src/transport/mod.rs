@@ -17,6 +17,7 @@ pub mod tcp;
 use std::time::Duration;
 
 use crate::Collective;
+use crate::copy::copy;
 use crate::element::{self, DType, ReduceOp};
 use crate::error::{Error, Result};
 
@@ -233,7 +234,7 @@ impl Sink<'_> {
     /// guarantees this for transports that receive arbitrary byte counts.
     pub fn absorb(&mut self, offset: usize, bytes: &[u8]) {
         match self {
-            Sink::Copy(d) => d[offset..offset + bytes.len()].copy_from_slice(bytes),
+            Sink::Copy(d) => copy(&mut d[offset..offset + bytes.len()], bytes),
             Sink::Reduce { dst, dtype, op } => {
                 element::reduce_into(*dtype, *op, &mut dst[offset..offset + bytes.len()], bytes)
             }

@@ -12,6 +12,7 @@ use super::route::{Class, Path};
 use super::segment::REASON_MAX;
 use super::single_copy::{self, DESCRIPTOR_LEN};
 use super::streaming;
+use crate::copy::copy_raw;
 use crate::error::{Error, Result};
 use crate::transport::{
     FLAG_ABORT, FLAG_REPLY, FLAG_SINGLE_COPY, FLAG_STREAM, Frame, HEADER_LEN, Sink, Tag,
@@ -483,8 +484,8 @@ unsafe fn copy_into_ring(ring: *mut u8, cap: usize, at: u64, src: &[u8]) {
     let first = src.len().min(cap - off);
     // SAFETY: per the contract; both pieces stay inside the ring.
     unsafe {
-        std::ptr::copy_nonoverlapping(src.as_ptr(), ring.add(off), first);
-        std::ptr::copy_nonoverlapping(src.as_ptr().add(first), ring, src.len() - first);
+        copy_raw(ring.add(off), src.as_ptr(), first);
+        copy_raw(ring, src.as_ptr().add(first), src.len() - first);
     }
 }
 
@@ -497,7 +498,7 @@ pub(super) unsafe fn copy_from_ring(ring: *const u8, cap: usize, at: u64, dst: &
     let first = dst.len().min(cap - off);
     // SAFETY: per the contract.
     unsafe {
-        std::ptr::copy_nonoverlapping(ring.add(off), dst.as_mut_ptr(), first);
-        std::ptr::copy_nonoverlapping(ring, dst.as_mut_ptr().add(first), dst.len() - first);
+        copy_raw(dst.as_mut_ptr(), ring.add(off), first);
+        copy_raw(dst.as_mut_ptr().add(first), ring, dst.len() - first);
     }
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::abort::{check_send_peer, read_abort, send_failed};
 use super::outgoing::{Outgoing, lost_or_io};
+use crate::copy::copy;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::sys::poll_ms;
@@ -52,7 +53,7 @@ impl Incoming<'_> {
 
     fn feed(&mut self, bytes: &[u8]) {
         match &mut self.dest {
-            Dest::Copy(d) => d[self.got..self.got + bytes.len()].copy_from_slice(bytes),
+            Dest::Copy(d) => copy(&mut d[self.got..self.got + bytes.len()], bytes),
             Dest::Reduce(w) => w.push(bytes),
         }
         self.got += bytes.len();
