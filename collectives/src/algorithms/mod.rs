@@ -101,15 +101,18 @@ impl Algo {
 }
 
 /// All-reduces at or below this many bytes take the latency path: recursive
-/// doubling staged in scratch memory, with no separate agreement round.
+/// doubling staged in scratch memory, with no separate agreement round
+/// (unless the transport draws the line lower: `Transport::latency_path_bytes`).
 pub const SMALL_BYTES: usize = 16 << 10;
 /// From this many bytes on, `Auto` uses the ring; below it, halving-doubling.
 pub const RING_BYTES: usize = 256 << 10;
 
-/// The all_reduce algorithm `Auto` picks for `bytes` at `world` ranks.
-pub fn select(requested: Algo, bytes: usize, world: usize) -> Algo {
+/// The all_reduce algorithm `Auto` picks for `bytes` at `world` ranks, over a
+/// transport whose latency path goes up to `small` bytes
+/// (`Transport::latency_path_bytes`).
+pub fn select(requested: Algo, bytes: usize, world: usize, small: usize) -> Algo {
     match requested {
-        Algo::Auto if bytes <= SMALL_BYTES => Algo::RecursiveDoubling,
+        Algo::Auto if bytes <= small => Algo::RecursiveDoubling,
         // With two ranks, halving-doubling and ring move the same bytes; the ring's
         // streamed blocks pipeline better.
         Algo::Auto if bytes >= RING_BYTES || world == 2 => Algo::Ring,
@@ -244,5 +247,29 @@ mod tests {
         let e = split_pair(&mut b, 0..2, 8..12).unwrap_err().to_string();
         assert!(e.contains("10 bytes"), "{e}");
         assert!(split_pair(&mut b, 3..3, 3..3).is_ok());
+    }
+
+    /// The transport's line decides where the latency path ends; forced
+    /// algorithms are kept whatever the size.
+    #[test]
+    fn auto_takes_the_latency_path_up_to_the_transports_line() {
+        assert_eq!(
+            select(Algo::Auto, 4 << 10, 2, 4 << 10),
+            Algo::RecursiveDoubling
+        );
+        assert_eq!(select(Algo::Auto, 8 << 10, 2, 4 << 10), Algo::Ring);
+        assert_eq!(
+            select(Algo::Auto, 16 << 10, 2, SMALL_BYTES),
+            Algo::RecursiveDoubling
+        );
+        assert_eq!(
+            select(Algo::Auto, 32 << 10, 4, SMALL_BYTES),
+            Algo::HalvingDoubling
+        );
+        assert_eq!(select(Algo::Auto, 1 << 20, 4, SMALL_BYTES), Algo::Ring);
+        assert_eq!(
+            select(Algo::RecursiveDoubling, 1 << 20, 2, 4 << 10),
+            Algo::RecursiveDoubling
+        );
     }
 }

@@ -301,7 +301,7 @@ impl Communicator for ReferenceComm {
                 return Ok(());
             }
             let bytes = out.len();
-            let algo = algorithms::select(g.algo, bytes, n);
+            let algo = algorithms::select(g.algo, bytes, n, g.t.latency_path_bytes());
             if !B.algorithms().contains(&algo) {
                 // Gloo's names, set with `set_algo`: every rank fails here alike.
                 return Err(unsupported_algo(algo));

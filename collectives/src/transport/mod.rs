@@ -371,6 +371,12 @@ pub trait Transport: Send {
     fn reduce_pair(&mut self, tag: &Tag, pair: Pair<'_>) -> Result<()> {
         reduce_pair_in_two_steps(self, tag, pair)
     }
+    /// The largest all_reduce that `Algo::Auto` sends down the latency path
+    /// (recursive doubling staged in scratch) over this transport; larger
+    /// ones take the bandwidth algorithms. Every rank must answer alike.
+    fn latency_path_bytes(&self) -> usize {
+        crate::algorithms::SMALL_BYTES
+    }
     /// Best effort: tells every peer this rank is giving up, with `reason`, so
     /// peers waiting on us fail with [`Error::PeerAborted`] instead of timing
     /// out. Never blocks for long; the transport is unusable afterwards.

@@ -382,6 +382,15 @@ impl Transport for ShmTransport {
         self.world
     }
 
+    fn latency_path_bytes(&self) -> usize {
+        // Both ranks of a pair see the same reach of each other.
+        if self.world == 2 && self.answers_in_ring(1 - self.rank) {
+            reply::PAIR_LATENCY_BYTES
+        } else {
+            crate::algorithms::SMALL_BYTES
+        }
+    }
+
     fn exchange(
         &mut self,
         tag: &Tag,

@@ -30,6 +30,20 @@ use super::single_copy::Reach;
 use crate::error::Result;
 use crate::transport::{FLAG_REPLY, Frame, Pair, Sink, Tag};
 
+/// The largest all_reduce of a two-process pair that `Algo::Auto` sends down
+/// the latency path (`Transport::latency_path_bytes`), against
+/// `algorithms::SMALL_BYTES` (16 KiB) elsewhere. The latency path stages
+/// through scratch and copies every byte four times; the ring's one step here
+/// copies it in, folds it, copies it out, and beats it from 8 KiB even with
+/// its agreement round. On the 2-core EPYC VM of issue 27 (2026-11-28,
+/// `ringside sweep --transport shm --algo auto|ring -b 2K -e 32K -n 1500`,
+/// three runs each in turn, medians): 4 KiB 0.88–1.24 µs by recursive
+/// doubling against 0.91–1.06 by the ring, 8 KiB 1.38–2.14 against
+/// 1.19–1.45, 16 KiB 2.65–4.15 against 1.73–2.27. Over TCP recursive doubling
+/// wins at every size to 16 KiB (8.7–10.7 µs against 21–24), and at 4 and 8
+/// ranks on two cores too (by 1.6–3×), so the line moves only here.
+pub(super) const PAIR_LATENCY_BYTES: usize = 4 << 10;
+
 impl ShmTransport {
     /// Whether a pair with `peer` answers in the ring (see the module docs).
     pub(super) fn answers_in_ring(&self, peer: usize) -> bool {

@@ -584,6 +584,8 @@ fn thread_ranks_reduce_a_pair_by_single_copy_with_the_same_sums() {
     with_ranks(2, Duration::from_secs(30), |mut t| {
         let (me, peer) = (t.rank(), 1 - t.rank());
         assert!(!t.answers_in_ring(peer));
+        // Not measured against the latency path between threads: the usual line.
+        assert_eq!(t.latency_path_bytes(), crate::algorithms::SMALL_BYTES);
         reduce_pairs(&mut t, me, peer);
     });
 }

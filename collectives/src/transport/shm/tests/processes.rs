@@ -199,6 +199,10 @@ fn child_rank() {
         // Reduce pairs with rank 0, answering in the ring.
         "pairs" => {
             assert!(t.answers_in_ring(0));
+            assert_eq!(
+                t.latency_path_bytes(),
+                super::super::reply::PAIR_LATENCY_BYTES
+            );
             super::reduce_pairs(&mut t, 1, 0);
         }
         // Offer to read rank 0's memory, then exit without reading.
@@ -284,6 +288,12 @@ fn single_copy_between_processes_reads_the_senders_memory() {
 fn processes_answer_pairs_in_the_ring_and_both_hold_the_sums() {
     let (_dir, mut child, mut t) = parent_and_child("pairs", Duration::from_secs(30), &[]);
     assert!(t.answers_in_ring(1));
+    // Both ranks draw the latency path's line alike, below 16 KiB.
+    assert_eq!(
+        t.latency_path_bytes(),
+        super::super::reply::PAIR_LATENCY_BYTES
+    );
+    assert!(super::super::reply::PAIR_LATENCY_BYTES < crate::algorithms::SMALL_BYTES);
     super::reduce_pairs(&mut t, 0, 1);
     assert!(child.wait().unwrap().success());
 }
