@@ -242,6 +242,7 @@ use super::scratch::area;
 use crate::algorithms::Algo;
 use crate::backends::Options;
 use crate::buffer::{Buffer, BufferMut};
+use crate::copy::copy;
 use crate::element::{ReduceOp, finish_avg};
 use crate::error::{Error, Result};
 use crate::rendezvous::Store;
@@ -730,7 +731,7 @@ impl Communicator for GlooComm {
                 check!(fits_int(count, "all_reduce"));
             }
             if let Some(s) = src {
-                out.copy_from_slice(s);
+                copy(out, s);
             }
             if count == 0 || n == 1 {
                 return Ok(Ok(()));
@@ -763,7 +764,7 @@ impl Communicator for GlooComm {
             };
             let out = check!(output.host_bytes_mut(B));
             if let Some(s) = src {
-                out.copy_from_slice(s);
+                copy(out, s);
             }
             if count == 0 || self.world == 1 {
                 return Ok(Ok(()));
@@ -799,7 +800,7 @@ impl Communicator for GlooComm {
             let bytes = count * dtype.size();
             if me == root {
                 if let Some(s) = src {
-                    out.copy_from_slice(s);
+                    copy(out, s);
                 }
                 if count == 0 || n == 1 {
                     return Ok(Ok(()));
@@ -818,7 +819,7 @@ impl Communicator for GlooComm {
                 // work in scratch so the caller's buffers stay as they were.
                 let Inner { comm, scratch, .. } = g;
                 let work = area(scratch, bytes);
-                work.copy_from_slice(src.unwrap_or(&out[..bytes.min(out.len())]));
+                copy(work, src.unwrap_or(&out[..bytes.min(out.len())]));
                 comm.pin_mut()
                     .reduce(work, dtype.code(), op_code(op), r, tag)?;
             }
@@ -837,7 +838,7 @@ impl Communicator for GlooComm {
             let mine = me * bytes..(me + 1) * bytes;
             if count == 0 || n == 1 {
                 if let Some(s) = src {
-                    out[mine].copy_from_slice(s);
+                    copy(&mut out[mine], s);
                 }
                 return Ok(Ok(()));
             }
@@ -847,7 +848,7 @@ impl Communicator for GlooComm {
                 None => {
                     // In place: Gloo's input may not alias its output.
                     let own = area(scratch, bytes);
-                    own.copy_from_slice(&out[mine]);
+                    copy(own, &out[mine]);
                     own
                 }
             };
@@ -874,7 +875,7 @@ impl Communicator for GlooComm {
             // Block r is reduced to rank r, in a scratch copy of the whole
             // input (Gloo's reduce uses every rank's buffer as working space).
             let work = area(scratch, n * bytes);
-            work.copy_from_slice(src.unwrap_or(out));
+            copy(work, src.unwrap_or(out));
             if count > 0 && n > 1 {
                 for (r, block) in work.chunks_exact_mut(bytes).enumerate() {
                     comm.pin_mut()
@@ -885,7 +886,7 @@ impl Communicator for GlooComm {
                 Some(_) => &mut out[..],
                 None => &mut out[mine.clone()],
             };
-            dst.copy_from_slice(&work[mine]);
+            copy(dst, &work[mine]);
             if op == ReduceOp::Avg {
                 finish_avg(dtype, dst, n);
             }
@@ -902,7 +903,7 @@ impl Communicator for GlooComm {
             let out = check!(output.host_bytes_mut(B));
             if count == 0 || n == 1 {
                 if let Some(s) = src {
-                    out.copy_from_slice(s);
+                    copy(out, s);
                 }
                 return Ok(Ok(()));
             }
@@ -910,9 +911,9 @@ impl Communicator for GlooComm {
             let s = match src {
                 Some(s) => s,
                 None => {
-                    let copy = area(scratch, out.len());
-                    copy.copy_from_slice(out);
-                    copy
+                    let sent = area(scratch, out.len());
+                    copy(sent, out);
+                    sent
                 }
             };
             comm.pin_mut().all_to_all(s, out, tag)?;
@@ -932,7 +933,7 @@ impl Communicator for GlooComm {
             let mine = me * bytes..(me + 1) * bytes;
             if count == 0 || n == 1 {
                 if let (Some(s), true) = (src, me == root) {
-                    out[mine].copy_from_slice(s);
+                    copy(&mut out[mine], s);
                 }
                 return Ok(Ok(()));
             }
@@ -941,7 +942,7 @@ impl Communicator for GlooComm {
                 Some(s) => s,
                 None => {
                     let own = area(scratch, bytes);
-                    own.copy_from_slice(&out[mine]);
+                    copy(own, &out[mine]);
                     own
                 }
             };
@@ -967,7 +968,7 @@ impl Communicator for GlooComm {
             let in_place = matches!(input, Input::InPlace);
             if count == 0 || n == 1 {
                 if let Some(s) = src {
-                    out.copy_from_slice(&s[mine]);
+                    copy(out, &s[mine]);
                 }
                 return Ok(Ok(()));
             }
@@ -975,9 +976,9 @@ impl Communicator for GlooComm {
             if in_place {
                 // Send from a copy: the root's own block is both a source and
                 // the destination.
-                let copy = area(scratch, if me == root { out.len() } else { 0 });
-                copy.copy_from_slice(if me == root { &out[..] } else { &[] });
-                comm.pin_mut().scatter(copy, &mut out[mine], r, tag)?;
+                let sent = area(scratch, if me == root { out.len() } else { 0 });
+                copy(sent, if me == root { &out[..] } else { &[] });
+                comm.pin_mut().scatter(sent, &mut out[mine], r, tag)?;
             } else {
                 comm.pin_mut().scatter(src.unwrap_or(&[]), out, r, tag)?;
             }

@@ -44,6 +44,7 @@ use mpi::ffi;
 use super::checks::{self, blocked_count, gather_count, input_bytes, per_rank};
 use crate::backends::Options;
 use crate::buffer::{Buffer, BufferMut};
+use crate::copy::copy;
 use crate::element::{ReduceOp, finish_avg};
 use crate::error::{Error, Result};
 use crate::rendezvous::Store;
@@ -245,7 +246,7 @@ impl Communicator for MpiComm {
             let (dt, n) = (self.rt.datatype(dtype), int(count, "broadcast")?);
             let out = output.host_bytes_mut(B)?;
             if let Some(s) = src {
-                out.copy_from_slice(s);
+                copy(out, s);
             }
             let buf = mptr(out);
             // SAFETY: `buf` holds `count` elements of `dt`.
