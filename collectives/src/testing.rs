@@ -57,9 +57,7 @@ pub fn proc_stat_field(path: &str, n: usize) -> Option<String> {
 /// For tests that need a process to themselves: no other test's threads or
 /// descriptors beside them, or a session of their own. Only for this crate's
 /// unit tests (the binary must be a libtest one), so not part of its API.
-/// Only the Gloo backend's tests need it (and `sys::autogroup`, which is
-/// built for that backend alone).
-#[cfg(all(test, feature = "gloo"))]
+#[cfg(test)]
 pub(crate) fn run_alone_in_child(name: &str, env: &str) {
     let exe = std::env::current_exe().expect("the test binary's path");
     let mut cmd = std::process::Command::new(exe);

@@ -199,6 +199,7 @@ pub fn reference(
         prefix: opts.prefix.clone(),
         token: opts.token,
         listen_ip: opts.listen_ip,
+        local: opts.local_rank.zip(opts.per_node),
     };
     // Before the transport connects: once it has, every rank's flight key
     // exists and reading it never waits.

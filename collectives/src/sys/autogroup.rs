@@ -11,7 +11,8 @@
 //!
 //! Why a backend asks: where a thread may run changes how much of that share
 //! it can use. The Gloo backend's placement depends on it (its module docs,
-//! "Placement", have the measurements).
+//! "Placement", have the measurements), and the TCP transport's (its module
+//! docs, "Placement").
 //!
 //! Not seen from here: a `cpu` cgroup holding the process (a container's CPU
 //! limit, systemd's `CPUWeight=`), under which autogroup does not apply.

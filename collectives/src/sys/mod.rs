@@ -16,8 +16,7 @@
 //!   mesh and the store client alike.
 
 pub(crate) mod affinity;
-// Asked only by the Gloo backend's placement.
-#[cfg(feature = "gloo")]
+// Asked by the placement of the Gloo backend and the TCP transport.
 pub(crate) mod autogroup;
 pub(crate) mod dial;
 pub(crate) mod futex;

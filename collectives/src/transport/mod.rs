@@ -308,6 +308,12 @@ pub struct TransportOptions {
     pub token: [u8; 16],
     /// TCP: the local address to listen on and advertise to peers.
     pub listen_ip: std::net::IpAddr,
+    /// TCP: this rank's place on its host, (local rank, ranks on the host),
+    /// when the launcher says (`backends::Options::local_rank` and
+    /// `per_node`); the transport then binds the rank to its share of the
+    /// host's CPUs as the shared-memory one does (`tcp/mod.rs` says when and
+    /// why). `None`: unknown, and it does not bind.
+    pub local: Option<(usize, usize)>,
 }
 
 /// Which halves of an exchange are still waiting, for a [`WaitWatch`].

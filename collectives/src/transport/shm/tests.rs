@@ -20,6 +20,7 @@ fn opts(prefix: &str, timeout: Duration) -> TransportOptions {
         prefix: prefix.to_owned(),
         token,
         listen_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        local: None,
     }
 }
 

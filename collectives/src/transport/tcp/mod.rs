@@ -29,6 +29,31 @@
 //! any byte moved: a large transfer that keeps progressing never times out, a
 //! stalled one fails with [`Error::Timeout`] naming the peer and the frame.
 //!
+//! # Placement
+//! Where the launcher says where a rank sits on its host
+//! (`TransportOptions::local`) and the host's ranks share a scheduling group
+//! (`mpirun`'s ranks share its session; `sys::autogroup`), the rank's thread
+//! is bound to its share of the CPUs while the transport lives
+//! (`sys::affinity`, as the shared-memory transport and the Gloo backend
+//! bind; `RINGSIDE_BIND=none` opts out). Unbound there, small calls took
+//! ten times as long: on the 2-core AMD EPYC VM of issue 27 (2026-11-28,
+//! `mpirun --bind-to none -np 2 ringside bench --transport tcp -b 4 -e 64M -f
+//! 16 -n 20 --load 2`, 5 runs each way in turn, in-place medians) 4 B–16 KiB
+//! took 129–143 µs unbound in every run against 8–23 bound, while 256 KiB
+//! (87–467 µs against 93–141), 4 MiB (3.6–8.0 ms against 6.1–8.2) and
+//! 64 MiB (118–205 against 171–207 ms) moved either way from run to run; in
+//! `cargo xtask tour --load 2` the reference TCP curve had R² 0.253 with its
+//! small sizes at 130 µs, and 0.992 at 9.6–11.5 µs bound. Idle under
+//! `mpirun`, one unbound run of two had 4–64 B at 130–144 µs, none of four
+//! bound. Small calls of two ranks spinning their 50 µs budget each in turn
+//! at 130 µs look like the two sharing one CPU, which `sys::affinity` has
+//! seen the scheduler do to two ranks that wake each other (not traced here).
+//! A rank that is a scheduling group of its own (ringside's launcher's,
+//! torchrun's) stays unbound, as the Gloo backend's do: under the own
+//! launcher and `--load 2` binding made small calls faster (7–13 µs against
+//! 72–148, 3 runs each) but 64 MiB slower (112–170 ms against 84–130), the
+//! bound rank then having only its own core's share.
+//!
 //! # Where things are
 //! - `handshake.rs`: listening, dialling, and the hello that
 //!   keeps strangers and other jobs out of the mesh.
@@ -78,6 +103,9 @@ pub struct TcpTransport {
     aborted: bool,
     /// Hears of stalled waits (the flight recorder).
     watch: Option<Arc<dyn WaitWatch>>,
+    /// This rank's share of the host's CPUs, held until the transport goes
+    /// (see "Placement" in the module docs).
+    _binding: Option<crate::sys::affinity::Binding>,
 }
 
 #[derive(Debug)]
@@ -118,6 +146,10 @@ impl TcpTransport {
             )));
         }
         let peers = handshake::connect_mesh(store, rank, world_size, opts)?;
+        let binding = opts
+            .local
+            .filter(|_| !crate::sys::autogroup::own_group())
+            .and_then(|(local, on_host)| crate::sys::affinity::bind_local_rank(local, on_host));
         Ok(TcpTransport {
             rank,
             world_size,
@@ -128,6 +160,7 @@ impl TcpTransport {
             broken: None,
             aborted: false,
             watch: None,
+            _binding: binding,
         })
     }
 

@@ -20,6 +20,7 @@ fn opts(timeout: Duration) -> TransportOptions {
         prefix: "test/".into(),
         token: TOKEN,
         listen_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        local: None,
     }
 }
 
@@ -716,4 +717,52 @@ fn a_squatter_where_a_rank_dials_learns_nothing_usable() {
         !heard.windows(TOKEN.len()).any(|w| w == TOKEN),
         "the token crossed the network"
     );
+}
+
+/// Named after what broke: under `mpirun --bind-to none` (the tour's launch,
+/// both ranks in one scheduling group) unbound ranks took 129–143 µs per
+/// small all_reduce beside two busy loops, bound ones 10–18. A rank whose
+/// place on the host is known binds to its share while the transport lives
+/// and gets its mask back when it goes; one whose place is unknown does not.
+/// This test process shares cargo's session, as `mpirun`'s ranks share its.
+#[test]
+fn ranks_with_a_known_place_bind_to_their_share_until_the_transport_goes() {
+    let before = crate::sys::affinity::allowed_cpus().unwrap();
+    if before.len() < 2
+        || std::env::var("RINGSIDE_BIND").is_ok_and(|v| v == "none")
+        || crate::sys::autogroup::own_group()
+    {
+        eprintln!(
+            "skipped: needs 2 allowed CPUs, binding on and a shared session (have {before:?})"
+        );
+        return;
+    }
+    for known in [true, false] {
+        let store = MemStore::new(Duration::from_secs(10));
+        let masks: Vec<_> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..2)
+                .map(|r| {
+                    let store = &store;
+                    s.spawn(move || {
+                        let mut o = opts(Duration::from_secs(10));
+                        o.local = known.then_some((r, 2));
+                        let t = TcpTransport::connect(store, r, 2, &o).unwrap();
+                        let bound = crate::sys::affinity::allowed_cpus().unwrap();
+                        drop(t);
+                        (bound, crate::sys::affinity::allowed_cpus().unwrap())
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (rank, (bound, after)) in masks.into_iter().enumerate() {
+            let want = if known {
+                crate::sys::affinity::cpus_for(rank, 2, &before, false).unwrap()
+            } else {
+                before.clone()
+            };
+            assert_eq!(bound, want, "rank {rank}, place known: {known}");
+            assert_eq!(after, before, "rank {rank}");
+        }
+    }
 }

@@ -123,6 +123,7 @@ fn child_opts() -> TransportOptions {
         prefix: "p/".into(),
         token,
         listen_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        local: None,
     }
 }
 
