@@ -52,13 +52,16 @@
 //! torchrun's) stays unbound, as the Gloo backend's do: under the own
 //! launcher and `--load 2` binding made small calls faster (7–13 µs against
 //! 72–148, 3 runs each) but 64 MiB slower (112–170 ms against 84–130), the
-//! bound rank then having only its own core's share.
+//! bound rank then having only its own core's share. There a spin budget
+//! that learns when spinning does not pay (`spin.rs`) took small calls to
+//! 28–63 µs and 64 MiB to 74–85 ms instead.
 //!
 //! # Where things are
 //! - `handshake.rs`: listening, dialling, and the hello that
 //!   keeps strangers and other jobs out of the mesh.
 //! - `progress.rs`: one frame out and one frame in, driven
 //!   together by one non-blocking loop.
+//! - `spin.rs`: how long that loop busy-polls before it sleeps.
 //! - `abort.rs`: telling peers we give up, and noticing when they do.
 //! - The raw `sendmsg`/`recvmsg` calls are in `collectives/src/sys/socket.rs`.
 
@@ -66,6 +69,7 @@ mod abort;
 mod handshake;
 mod outgoing;
 mod progress;
+mod spin;
 #[cfg(test)]
 mod tests;
 
@@ -75,7 +79,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use self::outgoing::Outgoing;
-use self::progress::{Dest, Incoming, progress_loop, spin_budget};
+use self::progress::{Dest, Incoming, progress_loop};
+use self::spin::Spin;
 use super::{Frame, HEADER_LEN, Sink, SinkWriter, Tag, Transport, TransportOptions, WaitWatch};
 use crate::error::{Error, Result};
 use crate::rendezvous::Store;
@@ -92,9 +97,8 @@ pub struct TcpTransport {
     /// Indexed by rank; `None` at our own rank.
     peers: Vec<Option<Peer>>,
     timeout: Duration,
-    /// How long to busy-poll before sleeping in `poll` (zero when ranks
-    /// outnumber cores, where spinning would steal the peer's CPU).
-    spin: Duration,
+    /// How long to busy-poll before sleeping in `poll` (`spin.rs`).
+    spin: Spin,
     /// Reused receive buffer for reductions and small messages.
     staging: Vec<u8>,
     /// Why the transport can no longer be used: an exchange failed part-way
@@ -155,7 +159,7 @@ impl TcpTransport {
             world_size,
             peers,
             timeout: opts.timeout,
-            spin: spin_budget(world_size),
+            spin: Spin::for_world(world_size)?,
             staging: vec![0; STAGING_LEN],
             broken: None,
             aborted: false,
@@ -260,7 +264,7 @@ impl Transport for TcpTransport {
             inc.as_mut(),
             &mut self.staging,
             self.timeout,
-            self.spin,
+            &mut self.spin,
             self.watch.as_deref(),
         );
         if let Err(e) = &result {
