@@ -52,16 +52,26 @@
 //! torchrun's) stays unbound, as the Gloo backend's do: under the own
 //! launcher and `--load 2` binding made small calls faster (7–13 µs against
 //! 72–148, 3 runs each) but 64 MiB slower (112–170 ms against 84–130), the
-//! bound rank then having only its own core's share. There a spin budget
-//! that learns when spinning does not pay (`spin.rs`) took small calls to
-//! 28–63 µs and 64 MiB to 74–85 ms instead.
+//! bound rank then having only its own core's share.
+//!
+//! Tried on 2026-11-28 for those unbound ranks and not kept: a spin budget
+//! that learns (halved when a call's spin ran out, doubled when it paid).
+//! Four variants of the rule, judged on whole calls, on a call's first stall
+//! (bytes moved or not), and with only calls of up to 256 or 16 KiB
+//! learning, against the fixed 50 µs in turn. Beside two busy loops, 9 runs
+//! each: 4 B–1 KiB 28–63 µs against 72–137, 64 MiB 74–116 ms against 80–183,
+//! but 256 KiB 207–391 µs against 87–392. Idle, 4 MiB took 2.5–2.9 ms against
+//! 2.0–2.2 in 7 of 8 pairs of runs (`peers --impl gloo-ring,ringside-tcp -b 1M
+//! -e 16M --repeat 3`), even when larger calls spun the full budget. A spin
+//! that moves no byte still made those calls faster idle, so what a spin
+//! catches does not tell what it is worth here. Scratch runs with no spin at
+//! all read 21–54 µs and 65–71 ms under load.
 //!
 //! # Where things are
 //! - `handshake.rs`: listening, dialling, and the hello that
 //!   keeps strangers and other jobs out of the mesh.
 //! - `progress.rs`: one frame out and one frame in, driven
 //!   together by one non-blocking loop.
-//! - `spin.rs`: how long that loop busy-polls before it sleeps.
 //! - `abort.rs`: telling peers we give up, and noticing when they do.
 //! - The raw `sendmsg`/`recvmsg` calls are in `collectives/src/sys/socket.rs`.
 
@@ -69,7 +79,6 @@ mod abort;
 mod handshake;
 mod outgoing;
 mod progress;
-mod spin;
 #[cfg(test)]
 mod tests;
 
@@ -79,8 +88,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use self::outgoing::Outgoing;
-use self::progress::{Dest, Incoming, progress_loop};
-use self::spin::Spin;
+use self::progress::{Dest, Incoming, progress_loop, spin_budget};
 use super::{Frame, HEADER_LEN, Sink, SinkWriter, Tag, Transport, TransportOptions, WaitWatch};
 use crate::error::{Error, Result};
 use crate::rendezvous::Store;
@@ -97,8 +105,9 @@ pub struct TcpTransport {
     /// Indexed by rank; `None` at our own rank.
     peers: Vec<Option<Peer>>,
     timeout: Duration,
-    /// How long to busy-poll before sleeping in `poll` (`spin.rs`).
-    spin: Spin,
+    /// How long to busy-poll before sleeping in `poll` (zero when ranks
+    /// outnumber cores, where spinning would steal the peer's CPU).
+    spin: Duration,
     /// Reused receive buffer for reductions and small messages.
     staging: Vec<u8>,
     /// Why the transport can no longer be used: an exchange failed part-way
@@ -159,7 +168,7 @@ impl TcpTransport {
             world_size,
             peers,
             timeout: opts.timeout,
-            spin: Spin::for_world(world_size)?,
+            spin: spin_budget(world_size),
             staging: vec![0; STAGING_LEN],
             broken: None,
             aborted: false,
@@ -264,7 +273,7 @@ impl Transport for TcpTransport {
             inc.as_mut(),
             &mut self.staging,
             self.timeout,
-            &mut self.spin,
+            self.spin,
             self.watch.as_deref(),
         );
         if let Err(e) = &result {
