@@ -67,11 +67,24 @@
 //! catches does not tell what it is worth here. Scratch runs with no spin at
 //! all read 21–54 µs and 65–71 ms under load.
 //!
+//! What is kept (2026-11-29, `spin.rs`): a thread that has lately waited for a
+//! CPU more than a tenth of the time does not spin, whatever its calls caught.
+//! `bench --transport tcp -b 4 -e 64M -f 16 -n 20 --load 2` under the own
+//! launcher, 3 rounds each in turn (`RINGSIDE_TCP_SPIN=auto|on|off`), in-place
+//! medians: 4 B–1 KiB 21–30 µs against 71–130 spinning and 21–36 never
+//! spinning; 64 KiB 85–89 against 237–308 (`-b 64K -e 16M -f 4`, 4 rounds);
+//! 256 KiB–16 MiB either way from round to round. Idle the rule spins as
+//! before (4 B–1 KiB 8.0–10.1 µs against 6.8–11.7, never spinning 37–76;
+//! 64 KiB–16 MiB alike in 4 rounds), and under `mpirun` beside the busy loops,
+//! where the bound ranks get the cores, it measured as spinning (6.8–14.3
+//! against 6.8–14.4 µs small).
+//!
 //! # Where things are
 //! - `handshake.rs`: listening, dialling, and the hello that
 //!   keeps strangers and other jobs out of the mesh.
 //! - `progress.rs`: one frame out and one frame in, driven
 //!   together by one non-blocking loop.
+//! - `spin.rs`: how long that loop busy-polls before it sleeps.
 //! - `abort.rs`: telling peers we give up, and noticing when they do.
 //! - The raw `sendmsg`/`recvmsg` calls are in `collectives/src/sys/socket.rs`.
 
@@ -79,6 +92,7 @@ mod abort;
 mod handshake;
 mod outgoing;
 mod progress;
+mod spin;
 #[cfg(test)]
 mod tests;
 
@@ -88,7 +102,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use self::outgoing::Outgoing;
-use self::progress::{Dest, Incoming, progress_loop, spin_budget};
+use self::progress::{Dest, Incoming, progress_loop};
+use self::spin::Spin;
 use super::{Frame, HEADER_LEN, Sink, SinkWriter, Tag, Transport, TransportOptions, WaitWatch};
 use crate::error::{Error, Result};
 use crate::rendezvous::Store;
@@ -105,9 +120,8 @@ pub struct TcpTransport {
     /// Indexed by rank; `None` at our own rank.
     peers: Vec<Option<Peer>>,
     timeout: Duration,
-    /// How long to busy-poll before sleeping in `poll` (zero when ranks
-    /// outnumber cores, where spinning would steal the peer's CPU).
-    spin: Duration,
+    /// Whether to busy-poll before sleeping in `poll` (`spin.rs`).
+    spin: Spin,
     /// Reused receive buffer for reductions and small messages.
     staging: Vec<u8>,
     /// Why the transport can no longer be used: an exchange failed part-way
@@ -158,6 +172,8 @@ impl TcpTransport {
                 opts.listen_ip
             )));
         }
+        // Before connecting: a bad setting fails every rank alike, at once.
+        let spin = Spin::for_world(world_size)?;
         let peers = handshake::connect_mesh(store, rank, world_size, opts)?;
         let binding = opts
             .local
@@ -168,7 +184,7 @@ impl TcpTransport {
             world_size,
             peers,
             timeout: opts.timeout,
-            spin: spin_budget(world_size),
+            spin,
             staging: vec![0; STAGING_LEN],
             broken: None,
             aborted: false,
