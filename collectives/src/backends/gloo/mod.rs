@@ -232,7 +232,7 @@ pub mod loop_yield;
 pub mod preload;
 mod worker;
 
-use crate::sys::{affinity, autogroup, slice};
+use crate::sys::{affinity, slice};
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -585,8 +585,7 @@ impl GlooComm {
         // with Gloo's loop as shipped, which spins on a core it shares with
         // the thread it waits for, nor in a rank that is a scheduling group of
         // its own, which bound could use its fair share on one core only.
-        let binding = place_to_bind(opts, yielding, autogroup::own_group())
-            .and_then(|(local, on_host)| affinity::bind_local_rank(local, on_host));
+        let binding = affinity::bind_in_shared_group(place_to_bind(opts, yielding));
         // Before Gloo's threads and the worker start, so that they inherit it.
         let slice = short_slice()?;
         // On the rank's own thread, so that Gloo's event-loop threads keep the
@@ -1057,13 +1056,13 @@ impl<F> AssertSend<F> {
 }
 
 /// The rank's place on its host (local rank, ranks on the host) when its
-/// Gloo threads should be bound there ("Placement" in the module docs): the
-/// place is known, Gloo's loop yields instead of spinning (`yielding`), and the
-/// rank shares its scheduling group with the job's other ranks (`own_group`
-/// false).
-fn place_to_bind(opts: &Options, yielding: bool, own_group: bool) -> Option<(usize, usize)> {
+/// Gloo threads may be bound there ("Placement" in the module docs): the
+/// place is known and Gloo's loop yields instead of spinning (`yielding`).
+/// [`affinity::bind_in_shared_group`] then binds only a rank that shares its
+/// scheduling group with the job's other ranks.
+fn place_to_bind(opts: &Options, yielding: bool) -> Option<(usize, usize)> {
     match (opts.local_rank, opts.per_node) {
-        (Some(local), Some(on_host)) if yielding && !own_group => Some((local, on_host)),
+        (Some(local), Some(on_host)) if yielding => Some((local, on_host)),
         _ => None,
     }
 }
@@ -1172,7 +1171,7 @@ mod tests {
             eprintln!("skipped: Gloo's loop runs as shipped, and then no rank binds: {why}");
             return;
         }
-        if autogroup::own_group() {
+        if crate::sys::autogroup::own_group() {
             return eprintln!("skipped: this test process leads a session of its own");
         }
         let store = MemStore::new(Duration::from_secs(20));
@@ -1221,25 +1220,18 @@ mod tests {
         assert!(unbound.into_inner().unwrap().iter().all(|m| *m == before));
     }
 
-    /// A rank that leads a session of its own, as torchrun's and ringside's
-    /// launcher's ranks do, is a scheduling group of its own and stays where
-    /// it was: bound, it measured 1.24–1.64× torch's gloo at 4–64 MiB beside
-    /// two busy loops, unbound 0.84–1.36 ("Placement"). (`sys::autogroup`'s
-    /// test checks that such a rank knows it.)
+    /// Gloo's loop as shipped spins on the core it shares with the thread it
+    /// waits for ("Placement"); a rank in a session of its own is left
+    /// unbound by `sys::affinity::bind_in_shared_group`, whose test has it.
     #[test]
-    fn a_rank_in_a_session_of_its_own_stays_unbound() {
+    fn only_a_rank_with_a_known_place_and_a_yielding_loop_may_be_bound() {
         let mut opts = Options::new([0; 16]).unwrap();
         opts.local_rank = Some(1);
         opts.per_node = Some(2);
-        assert_eq!(place_to_bind(&opts, true, false), Some((1, 2)));
-        assert_eq!(place_to_bind(&opts, true, true), None, "own group");
-        assert_eq!(
-            place_to_bind(&opts, false, false),
-            None,
-            "Gloo's loop spins"
-        );
+        assert_eq!(place_to_bind(&opts, true), Some((1, 2)));
+        assert_eq!(place_to_bind(&opts, false), None, "Gloo's loop spins");
         opts.per_node = None;
-        assert_eq!(place_to_bind(&opts, true, false), None, "unknown place");
+        assert_eq!(place_to_bind(&opts, true), None, "unknown place");
     }
 
     #[test]

@@ -175,10 +175,7 @@ impl TcpTransport {
         // Before connecting: a bad setting fails every rank alike, at once.
         let spin = Spin::for_world(world_size)?;
         let peers = handshake::connect_mesh(store, rank, world_size, opts)?;
-        let binding = opts
-            .local
-            .filter(|_| !crate::sys::autogroup::own_group())
-            .and_then(|(local, on_host)| crate::sys::affinity::bind_local_rank(local, on_host));
+        let binding = crate::sys::affinity::bind_in_shared_group(opts.local);
         Ok(TcpTransport {
             rank,
             world_size,
