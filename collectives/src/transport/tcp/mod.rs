@@ -54,6 +54,14 @@
 //! 72–148, 3 runs each) but 64 MiB slower (112–170 ms against 84–130), the
 //! bound rank then having only its own core's share.
 //!
+//! Large calls under `mpirun` beside busy programs are slow for the same
+//! reason MPI's are: the job's ranks share one scheduling group, which the
+//! kernel weighs as one program. Beside two busy loops the two ranks got
+//! 0.26–0.27 of a core each and the loops 0.73–0.74 (2026-11-29, every
+//! thread's `schedstat` over 15 s of 64 MiB calls, `mpirun --bind-to none -np
+//! 2 ringside bench --transport tcp -b 64M -e 64M --load 2`: 106–122 ms,
+//! against 76–150 under the own launcher, where each rank is a group).
+//!
 //! Tried on 2026-11-28 for those unbound ranks and not kept: a spin budget
 //! that learns (halved when a call's spin ran out, doubled when it paid).
 //! Four variants of the rule, judged on whole calls, on a call's first stall
