@@ -211,10 +211,10 @@ mod tests {
             return;
         }
         let busy_now = crate::sys::run_queue::tests::sharing_one_cpu(|| {
-            // The next sample, a few windows on, while this thread shares its
-            // CPU with a spinning one.
+            // The next sample, many windows on (time for the spinner to start
+            // on a slow machine too), while this thread shares its CPU with it.
             let t0 = Instant::now();
-            while t0.elapsed() < WINDOW * 4 {
+            while t0.elapsed() < Duration::from_millis(50) {
                 std::hint::spin_loop();
             }
             Spin::UnlessBusy.budget(Instant::now())
