@@ -256,6 +256,8 @@ mod ffi {
         type Kv<'a>;
         fn kv_set(kv: &Kv<'_>, key: &CxxString, value: &[u8]) -> Result<()>;
         fn kv_get(kv: &Kv<'_>, key: &CxxString) -> Result<Vec<u8>>;
+        /// `crate::copy::copy` for the shim's staging copies.
+        fn copy_bytes(dst: &mut [u8], src: &[u8]);
     }
 
     unsafe extern "C++" {
@@ -352,6 +354,15 @@ fn kv_set(kv: &Kv<'_>, key: &cxx::CxxString, value: &[u8]) -> std::result::Resul
 fn kv_get(kv: &Kv<'_>, key: &cxx::CxxString) -> std::result::Result<Vec<u8>, String> {
     let key = format!("{}{}", kv.prefix, key.to_string_lossy());
     kv.store.get(&key).map_err(|e| kv.keep(e))
+}
+
+/// The shim's staging copies (the classic algorithms' work buffers), made by
+/// [`copy`] so that they miss glibc's slow `rep movsb` case as every other
+/// hot copy does. The shim passes equal lengths; a mismatch copies the shorter
+/// (a panic here would abort the process).
+fn copy_bytes(dst: &mut [u8], src: &[u8]) {
+    let n = dst.len().min(src.len());
+    copy(&mut dst[..n], &src[..n]);
 }
 
 /// Which Gloo all_reduce runs (codes shared with the shim).

@@ -370,9 +370,12 @@ void Comm::all_reduce(rust::Slice<uint8_t> buf, uint8_t dtype, uint8_t op, uint8
     }
     Classic& c = *it->second;
     c.last_use = ++uses_;
-    std::memcpy(c.work.data(), buf.data(), buf.size());
+    // Through ringside's copy (collectives/src/copy.rs), which avoids glibc's
+    // slow `rep movsb` case.
+    rust::Slice<uint8_t> work(reinterpret_cast<uint8_t*>(c.work.data()), buf.size());
+    copy_bytes(work, rust::Slice<const uint8_t>(buf.data(), buf.size()));
     c.algo->run();
-    std::memcpy(buf.data(), c.work.data(), buf.size());
+    copy_bytes(buf, rust::Slice<const uint8_t>(work.data(), work.size()));
   });
 }
 
