@@ -10,8 +10,6 @@
 //!   shared-memory transport, the Gloo backend).
 //! - [`autogroup`]: whether this process is a scheduling group of its own.
 //! - [`futex`]: the shared-memory transport's doorbell.
-//! - [`run_queue`]: how long the calling thread has waited for a CPU (the TCP
-//!   transport's sign of a busy machine).
 //! - [`slice`]: a shorter scheduler slice, so that a woken rank runs at once.
 //! - [`socket`]: non-blocking vectored `sendmsg`/`recvmsg` for the TCP transport.
 //! - [`dial`]: "connect, retrying until the deadline", for the TCP transport's
@@ -22,7 +20,6 @@ pub(crate) mod affinity;
 pub(crate) mod autogroup;
 pub(crate) mod dial;
 pub(crate) mod futex;
-pub(crate) mod run_queue;
 // Asked only by the Gloo backend, for its rank and loop threads.
 #[cfg(feature = "gloo")]
 pub(crate) mod slice;

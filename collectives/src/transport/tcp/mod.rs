@@ -75,24 +75,25 @@
 //! catches does not tell what it is worth here. Scratch runs with no spin at
 //! all read 21–54 µs and 65–71 ms under load.
 //!
-//! What is kept (2026-11-29, `spin.rs`): a thread that has lately waited for a
-//! CPU more than a tenth of the time does not spin, whatever its calls caught.
-//! `bench --transport tcp -b 4 -e 64M -f 16 -n 20 --load 2` under the own
-//! launcher, 3 rounds each in turn (`RINGSIDE_TCP_SPIN=auto|on|off`), in-place
-//! medians: 4 B–1 KiB 21–30 µs against 71–130 spinning and 21–36 never
-//! spinning; 64 KiB 85–89 against 237–308 (`-b 64K -e 16M -f 4`, 4 rounds);
-//! 256 KiB–16 MiB either way from round to round. Idle the rule spins as
-//! before (4 B–1 KiB 8.0–10.1 µs against 6.8–11.7, never spinning 37–76;
-//! 64 KiB–16 MiB alike in 4 rounds), and under `mpirun` beside the busy loops,
-//! where the bound ranks get the cores, it measured as spinning (6.8–14.3
-//! against 6.8–14.4 µs small).
+//! Tried on 2026-11-29 and not kept either: no spin while the rank's thread
+//! had lately waited for a CPU (its `/proc/thread-self/schedstat`, sampled
+//! every 2 ms; idle a rank waited 0.4–1.4 % of the time, beside two busy
+//! loops 44 %), messages of 32 KiB and more excepted. Under the own launcher
+//! and `--load 2` (`bench --transport tcp`, in-place medians, 3 rounds each in
+//! turn with spinning always) it won only where a sweep starts: 4–256 B
+//! 21–33 µs against 72–131 in `-b 4 -e 1M -f 4 -n 30`, but 1–16 KiB of the
+//! same sweeps 22–87 against 7–11, 256 KiB 87–277 against 86–91 and 1 MiB
+//! 254–619 against 250–274, and in longer runs (`-n 300`, 2 rounds) 4 B
+//! 22–30 against 10. Spinning ranks fall into step after a while, both
+//! running at once on their two cores, and then a call takes 7–10 µs beside
+//! the busy loops; ranks that sleep whenever the machine is busy rarely get
+//! there. Idle and under `mpirun` the two measured alike.
 //!
 //! # Where things are
 //! - `handshake.rs`: listening, dialling, and the hello that
 //!   keeps strangers and other jobs out of the mesh.
 //! - `progress.rs`: one frame out and one frame in, driven
 //!   together by one non-blocking loop.
-//! - `spin.rs`: how long that loop busy-polls before it sleeps.
 //! - `abort.rs`: telling peers we give up, and noticing when they do.
 //! - The raw `sendmsg`/`recvmsg` calls are in `collectives/src/sys/socket.rs`.
 
@@ -100,7 +101,6 @@ mod abort;
 mod handshake;
 mod outgoing;
 mod progress;
-mod spin;
 #[cfg(test)]
 mod tests;
 
@@ -110,8 +110,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use self::outgoing::Outgoing;
-use self::progress::{Dest, Incoming, progress_loop};
-use self::spin::Spin;
+use self::progress::{Dest, Incoming, progress_loop, spin_budget};
 use super::{Frame, HEADER_LEN, Sink, SinkWriter, Tag, Transport, TransportOptions, WaitWatch};
 use crate::error::{Error, Result};
 use crate::rendezvous::Store;
@@ -128,8 +127,9 @@ pub struct TcpTransport {
     /// Indexed by rank; `None` at our own rank.
     peers: Vec<Option<Peer>>,
     timeout: Duration,
-    /// Whether to busy-poll before sleeping in `poll` (`spin.rs`).
-    spin: Spin,
+    /// How long to busy-poll before sleeping in `poll` (zero when ranks
+    /// outnumber cores, where spinning would steal the peer's CPU).
+    spin: Duration,
     /// Reused receive buffer for reductions and small messages.
     staging: Vec<u8>,
     /// Why the transport can no longer be used: an exchange failed part-way
@@ -180,8 +180,6 @@ impl TcpTransport {
                 opts.listen_ip
             )));
         }
-        // Before connecting: a bad setting fails every rank alike, at once.
-        let spin = Spin::for_world(world_size)?;
         let peers = handshake::connect_mesh(store, rank, world_size, opts)?;
         let binding = crate::sys::affinity::bind_in_shared_group(opts.local);
         Ok(TcpTransport {
@@ -189,7 +187,7 @@ impl TcpTransport {
             world_size,
             peers,
             timeout: opts.timeout,
-            spin,
+            spin: spin_budget(world_size),
             staging: vec![0; STAGING_LEN],
             broken: None,
             aborted: false,

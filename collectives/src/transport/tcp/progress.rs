@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use super::abort::{check_send_peer, read_abort, send_failed};
 use super::outgoing::{Outgoing, lost_or_io};
-use super::spin::Spin;
 use crate::copy::copy;
 use crate::deadline::Deadline;
 use crate::error::{Error, Result};
@@ -162,14 +161,15 @@ pub(super) fn progress_loop(
     mut inc: Option<&mut Incoming<'_>>,
     staging: &mut [u8],
     timeout: Duration,
-    spin: Spin,
+    spin: Duration,
     watch: Option<&dyn WaitWatch>,
 ) -> Result<()> {
     let mut last_watch: Option<Instant> = None;
     let mut try_send = true;
     let mut try_recv = true;
     // When we first find nothing to do, retry the non-blocking calls for up to
-    // the spin budget before sleeping in poll (`spin.rs` says when and why).
+    // `spin` before sleeping in poll: on loopback a reply usually lands within
+    // microseconds, while a sleep/wake round trip costs tens of them on a VM.
     let mut spin_until: Option<Instant> = None;
     // Created only when we first have to wait, so the fast path skips the clock.
     let mut deadline: Option<Deadline> = None;
@@ -207,11 +207,8 @@ pub(super) fn progress_loop(
         if dl.expired() {
             return Err(dl.error(waiting_for(tag, out.as_deref(), inc.as_deref())));
         }
-        if spin != Spin::Never
-            && *spin_until.get_or_insert_with(|| {
-                let now = Instant::now();
-                now + spin.budget(now)
-            }) > Instant::now()
+        if !spin.is_zero()
+            && *spin_until.get_or_insert_with(|| Instant::now() + spin) > Instant::now()
         {
             std::hint::spin_loop();
             try_send = send_pending;
@@ -313,4 +310,15 @@ fn waiting_for(tag: &Tag, out: Option<&Outgoing<'_>>, inc: Option<&Incoming<'_>>
         ));
     }
     parts.join(" and ")
+}
+
+/// Busy-poll budget: 50 µs while every rank can have a core of its own
+/// (judged by the world size against this host's cores), none otherwise.
+pub(super) fn spin_budget(world_size: usize) -> Duration {
+    let cores = crate::transport::host_cpus();
+    if world_size <= cores {
+        Duration::from_micros(50)
+    } else {
+        Duration::ZERO
+    }
 }
