@@ -59,8 +59,9 @@
 //! kernel weighs as one program. Beside two busy loops the two ranks got
 //! 0.26–0.27 of a core each and the loops 0.73–0.74 (2026-11-29, every
 //! thread's `schedstat` over 15 s of 64 MiB calls, `mpirun --bind-to none -np
-//! 2 ringside bench --transport tcp -b 64M -e 64M --load 2`: 106–122 ms,
-//! against 76–150 under the own launcher, where each rank is a group).
+//! 2 ringside bench --transport tcp -b 64M -e 64M -n 100 --load 2`: 176 ms
+//! in-place median, against 56–68 or 106–155 under the own launcher, where
+//! each rank is a group, in sweeps of that day).
 //!
 //! Tried on 2026-11-28 for those unbound ranks and not kept: a spin budget
 //! that learns (halved when a call's spin ran out, doubled when it paid).
