@@ -41,7 +41,15 @@
 //! cases, even on the separate context and device; the quick matrix passes.
 //! Not root-caused (it is not slot collisions). Gloo's classic
 //! `ReduceScatterHalvingDoubling`, built per call, also gave wrong results,
-//! hence reduce_scatter below.
+//! hence reduce_scatter below. Also open (2026-11-29, 2-core EPYC VM): in a
+//! sweep, `RINGSIDE_GLOO_ALGO=ring_chunked ringside bench --backend gloo -b 4K
+//! -e 64K -f 4`, every 16 KiB call takes 44 or 88 ms (40 KiB too in `-b 8K -e
+//! 40K -i 4K`), the other sizes 0.3–0.5 ms; 16 KiB alone (`-b 16K -e 16K`)
+//! takes 0.34–0.42 ms. The same with the loop wrappers off
+//! (`RINGSIDE_GLOO_LOOP_YIELD=off`), the kernel's default slice
+//! (`RINGSIDE_GLOO_SLICE=off`) and before the shim's copies went through
+//! `copy.rs`: a stall of delayed-ACK length that needs another size's object
+//! alive on the same context.
 //!
 //! **Under load** (two busy loops beside a 2-rank job on 2 cores), measured
 //! with `ringside bench --backend gloo --peer torch --load 2` (add `--repeat
