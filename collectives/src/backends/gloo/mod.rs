@@ -11,7 +11,10 @@
 //! waits, as in PyTorch's `ProcessGroupGloo` (`worker.rs`).
 //! Gloo's sockets and its loop's epoll descriptor are opened close-on-exec
 //! (`close_on_exec.rs`: Gloo opens them inheritable), so a program a rank
-//! starts does not hold its connections open after it.
+//! starts does not hold its connections open after it, and their send
+//! buffers are never set below 256 KiB (`send_buffer.rs`: Gloo sizes them to
+//! its first, small messages, and then a small message waits out the peer's
+//! delayed ACK).
 //! Gloo's context timeout is `opts.timeout`; Gloo's "timed out" errors become
 //! [`Error::Timeout`], every other C++ exception an [`Error::Protocol`] — none
 //! escapes as an abort. After any error the communicator refuses further calls.
@@ -41,15 +44,12 @@
 //! cases, even on the separate context and device; the quick matrix passes.
 //! Not root-caused (it is not slot collisions). Gloo's classic
 //! `ReduceScatterHalvingDoubling`, built per call, also gave wrong results,
-//! hence reduce_scatter below. Also open (2026-11-29, 2-core EPYC VM): in a
-//! sweep, `RINGSIDE_GLOO_ALGO=ring_chunked ringside bench --backend gloo -b 4K
-//! -e 64K -f 4`, every 16 KiB call takes 44 or 88 ms (40 KiB too in `-b 8K -e
-//! 40K -i 4K`), the other sizes 0.3–0.5 ms; 16 KiB alone (`-b 16K -e 16K`)
-//! takes 0.34–0.42 ms. The same with the loop wrappers off
-//! (`RINGSIDE_GLOO_LOOP_YIELD=off`), the kernel's default slice
-//! (`RINGSIDE_GLOO_SLICE=off`) and before the shim's copies went through
-//! `copy.rs`: a stall of delayed-ACK length that needs another size's object
-//! alive on the same context.
+//! hence reduce_scatter below. Mended on 2026-11-29: in a sweep
+//! (`RINGSIDE_GLOO_ALGO=ring_chunked ringside bench --backend gloo -b 4K -e
+//! 64K -f 4`) every 16 KiB call took 44 or 88 ms, 40 KiB too, the sizes
+//! around them 0.3–0.5 ms: Gloo's send buffers, sized to its first small
+//! messages, made a message wait out the peer's delayed ACK
+//! (`send_buffer.rs`); with them at 256 KiB or more, 0.36–0.51 ms.
 //!
 //! **Under load** (two busy loops beside a 2-rank job on 2 cores), measured
 //! with `ringside bench --backend gloo --peer torch --load 2` (add `--repeat
@@ -238,6 +238,7 @@ mod close_on_exec;
 mod got;
 pub mod loop_yield;
 pub mod preload;
+mod send_buffer;
 mod worker;
 
 use crate::sys::{affinity, slice};
@@ -599,6 +600,10 @@ impl GlooComm {
         // rank in a program it starts (`close_on_exec`). Where it cannot be
         // done they stay inheritable, as Gloo ships them.
         let _ = close_on_exec::install();
+        // Before Gloo sends: its send buffers never shrink to a few KiB, where
+        // two small messages in a row wait out the peer's delayed ACK
+        // (`send_buffer`). Where it cannot be done Gloo sizes them as shipped.
+        let _ = send_buffer::install();
         // Also before they start, so that they inherit it: the rank's caller
         // and Gloo threads on the rank's own CPUs ("Placement" above). Not
         // with Gloo's loop as shipped, which spins on a core it shares with
