@@ -38,18 +38,18 @@
 //! context and TCP device of their own, made over the first (no store
 //! traffic).
 //!
-//! **Known issue**: with a classic algorithm selected, the full conformance
-//! matrix hangs in a later options-style collective (`gloo::reduce` or
-//! `gloo::allgather`, every rank waiting in Gloo) after the 4 MiB all_reduce
-//! cases, even on the separate context and device; the quick matrix passes.
-//! Not root-caused (it is not slot collisions). Gloo's classic
-//! `ReduceScatterHalvingDoubling`, built per call, also gave wrong results,
-//! hence reduce_scatter below. Mended on 2026-11-29: in a sweep
-//! (`RINGSIDE_GLOO_ALGO=ring_chunked ringside bench --backend gloo -b 4K -e
-//! 64K -f 4`) every 16 KiB call took 44 or 88 ms, 40 KiB too, the sizes
-//! around them 0.3–0.5 ms: Gloo's send buffers, sized to its first small
-//! messages, made a message wait out the peer's delayed ACK
-//! (`send_buffer.rs`); with them at 256 KiB or more, 0.36–0.51 ms.
+//! **Mended on 2026-11-29**: with a classic algorithm selected, the full
+//! conformance matrix hung in a later options-style collective after the
+//! 4 MiB all_reduce cases, and in a sweep (`RINGSIDE_GLOO_ALGO=ring_chunked
+//! ringside bench --backend gloo -b 4K -e 64K -f 4`) every 16 KiB call took
+//! 44 or 88 ms, 40 KiB too, the sizes around them 0.3–0.5 ms. Both were
+//! Gloo's send buffers, sized to its first small messages, making a message
+//! wait for the peer's ACK (`send_buffer.rs`): with them at 256 KiB or more
+//! the full matrix passes at world 3 with either classic algorithm (17.8 s)
+//! and those calls take 0.36–0.51 ms; with `RINGSIDE_GLOO_SEND_BUFFER=off`
+//! the full matrix still hangs. Gloo's classic
+//! `ReduceScatterHalvingDoubling`, built per call, gave wrong results,
+//! hence reduce_scatter below.
 //!
 //! **Under load** (two busy loops beside a 2-rank job on 2 cores), measured
 //! with `ringside bench --backend gloo --peer torch --load 2` (add `--repeat
