@@ -90,10 +90,32 @@ impl Binding {
 /// `RINGSIDE_BIND=none` leaves placement to the scheduler. Best effort: a
 /// refusal (a container's seccomp policy) leaves the thread where it is.
 pub(crate) fn bind_local_rank(rank: usize, world: usize) -> Option<Binding> {
-    let opt_out = std::env::var("RINGSIDE_BIND").is_ok_and(|v| v == "none");
     let allowed = allowed_cpus().ok()?;
-    let cpus = cpus_for(rank, world, &allowed, opt_out)?;
+    let cpus = cpus_for(rank, world, &allowed, opted_out())?;
     Binding::new(&cpus, allowed).ok()
+}
+
+/// Whether `RINGSIDE_BIND=none` leaves placement to the scheduler.
+pub(crate) fn opted_out() -> bool {
+    std::env::var("RINGSIDE_BIND").is_ok_and(|v| v == "none")
+}
+
+/// For tests of a binding: the CPUs this thread may use, where two ranks can
+/// be bound to shares of them here (two CPUs or more, binding on, and with
+/// `in_shared_group`, a process that shares its session as `mpirun`'s ranks
+/// do), else why not.
+#[cfg(test)]
+pub(crate) fn cpus_to_test_binding(in_shared_group: bool) -> Result<Vec<usize>, String> {
+    let allowed = allowed_cpus().map_err(|e| e.to_string())?;
+    if allowed.len() < 2 || opted_out() {
+        return Err(format!(
+            "needs 2 allowed CPUs and binding on (have {allowed:?})"
+        ));
+    }
+    if in_shared_group && super::autogroup::own_group() {
+        return Err("this test process leads a session of its own".into());
+    }
+    Ok(allowed)
 }
 
 /// Binds this thread as [`bind_local_rank`] does where its place on the host

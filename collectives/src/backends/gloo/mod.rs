@@ -1186,17 +1186,13 @@ mod tests {
     /// test process does.)
     #[test]
     fn a_local_rank_is_bound_to_its_own_cpus_while_its_communicator_lives() {
-        let before = affinity::allowed_cpus().unwrap();
-        if before.len() < 2 || std::env::var("RINGSIDE_BIND").is_ok_and(|v| v == "none") {
-            eprintln!("skipped: needs 2 allowed CPUs and binding on (have {before:?})");
-            return;
-        }
+        let before = match affinity::cpus_to_test_binding(true) {
+            Ok(cpus) => cpus,
+            Err(why) => return eprintln!("skipped: {why}"),
+        };
         if let Err(why) = loop_yield::install() {
             eprintln!("skipped: Gloo's loop runs as shipped, and then no rank binds: {why}");
             return;
-        }
-        if crate::sys::autogroup::own_group() {
-            return eprintln!("skipped: this test process leads a session of its own");
         }
         let store = MemStore::new(Duration::from_secs(20));
         let masks: Vec<_> = std::thread::scope(|s| {

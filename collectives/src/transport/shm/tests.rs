@@ -457,11 +457,10 @@ fn dropping_the_transport_restores_the_threads_cpu_mask() {
     // The tour measured Gloo after the reference backend in the same
     // process: with the rank still bound to one CPU, Gloo's network thread
     // shared it and every all_reduce waited a scheduler tick (4 ms).
-    let before = crate::sys::affinity::allowed_cpus().unwrap();
-    if before.len() < 2 || std::env::var("RINGSIDE_BIND").is_ok_and(|v| v == "none") {
-        eprintln!("skipped: needs 2 allowed CPUs and binding on (have {before:?})");
-        return;
-    }
+    let before = match crate::sys::affinity::cpus_to_test_binding(false) {
+        Ok(cpus) => cpus,
+        Err(why) => return eprintln!("skipped: {why}"),
+    };
     let masks = with_ranks(2, Duration::from_secs(20), |t| {
         let bound = crate::sys::affinity::allowed_cpus().unwrap();
         drop(t);

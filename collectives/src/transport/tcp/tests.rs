@@ -727,16 +727,10 @@ fn a_squatter_where_a_rank_dials_learns_nothing_usable() {
 /// This test process shares cargo's session, as `mpirun`'s ranks share its.
 #[test]
 fn ranks_with_a_known_place_bind_to_their_share_until_the_transport_goes() {
-    let before = crate::sys::affinity::allowed_cpus().unwrap();
-    if before.len() < 2
-        || std::env::var("RINGSIDE_BIND").is_ok_and(|v| v == "none")
-        || crate::sys::autogroup::own_group()
-    {
-        eprintln!(
-            "skipped: needs 2 allowed CPUs, binding on and a shared session (have {before:?})"
-        );
-        return;
-    }
+    let before = match crate::sys::affinity::cpus_to_test_binding(true) {
+        Ok(cpus) => cpus,
+        Err(why) => return eprintln!("skipped: {why}"),
+    };
     for known in [true, false] {
         let store = MemStore::new(Duration::from_secs(10));
         let masks: Vec<_> = std::thread::scope(|s| {
