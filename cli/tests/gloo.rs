@@ -41,7 +41,7 @@ fn full_world_3(algo: &str) {
 /// Regression: with the classic algorithm objects the full matrix hung in a
 /// later collective after the 4 MiB cases, and some sizes took 44 ms a call,
 /// until Gloo's send buffers were kept from shrinking to its first small
-/// messages (`collectives/src/backends/gloo/send_buffer.rs`).
+/// messages (`collectives/src/backends/gloo/socket_options.rs`).
 #[test]
 fn classic_ring_chunked_full_matrix_world_3_no_longer_hangs() {
     full_world_3("ring_chunked");

@@ -9,6 +9,8 @@
 //! - [`affinity`]: binding a rank's thread to a share of the CPUs (the
 //!   shared-memory transport, the Gloo backend).
 //! - [`autogroup`]: whether this process is a scheduling group of its own.
+//! - [`congestion`]: connections inside the host kept off BBR (the TCP
+//!   transport's and the Gloo backend's).
 //! - [`futex`]: the shared-memory transport's doorbell.
 //! - [`slice`]: a shorter scheduler slice, so that a woken rank runs at once.
 //! - [`socket`]: non-blocking vectored `sendmsg`/`recvmsg` for the TCP transport.
@@ -18,6 +20,7 @@
 pub(crate) mod affinity;
 // Asked by the placement of the Gloo backend and the TCP transport.
 pub(crate) mod autogroup;
+pub(crate) mod congestion;
 pub(crate) mod dial;
 pub(crate) mod futex;
 // Asked only by the Gloo backend, for its rank and loop threads.

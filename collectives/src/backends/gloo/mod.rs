@@ -11,10 +11,12 @@
 //! waits, as in PyTorch's `ProcessGroupGloo` (`worker.rs`).
 //! Gloo's sockets and its loop's epoll descriptor are opened close-on-exec
 //! (`close_on_exec.rs`: Gloo opens them inheritable), so a program a rank
-//! starts does not hold its connections open after it, and their send
-//! buffers are never set below 256 KiB (`send_buffer.rs`: Gloo sizes them to
+//! starts does not hold its connections open after it, their send
+//! buffers are never set below 256 KiB (`socket_options.rs`: Gloo sizes them to
 //! its first, small messages, and then a small message waits out the peer's
-//! delayed ACK).
+//! delayed ACK), and those inside the host leave BBR for cubic where the
+//! system chose BBR (`sys::congestion`: BBR paces them at what a busy rank
+//! managed to read).
 //! Gloo's context timeout is `opts.timeout`; Gloo's "timed out" errors become
 //! [`Error::Timeout`], every other C++ exception an [`Error::Protocol`] — none
 //! escapes as an abort. After any error the communicator refuses further calls.
@@ -44,7 +46,7 @@
 //! ringside bench --backend gloo -b 4K -e 64K -f 4`) every 16 KiB call took
 //! 44 or 88 ms, 40 KiB too, the sizes around them 0.3–0.5 ms. Both were
 //! Gloo's send buffers, sized to its first small messages, making a message
-//! wait for the peer's ACK (`send_buffer.rs`): with them at 256 KiB or more
+//! wait for the peer's ACK (`socket_options.rs`): with them at 256 KiB or more
 //! the full matrix passes at world 3 with either classic algorithm (17.8 s)
 //! and those calls take 0.36–0.51 ms; with `RINGSIDE_GLOO_SEND_BUFFER=off`
 //! the full matrix still hangs. Gloo's classic
@@ -238,7 +240,7 @@ mod close_on_exec;
 mod got;
 pub mod loop_yield;
 pub mod preload;
-mod send_buffer;
+mod socket_options;
 mod worker;
 
 use crate::sys::{affinity, slice};
@@ -600,10 +602,11 @@ impl GlooComm {
         // rank in a program it starts (`close_on_exec`). Where it cannot be
         // done they stay inheritable, as Gloo ships them.
         let _ = close_on_exec::install();
-        // Before Gloo sends: its send buffers never shrink to a few KiB, where
-        // two small messages in a row wait out the peer's delayed ACK
-        // (`send_buffer`). Where it cannot be done Gloo sizes them as shipped.
-        let _ = send_buffer::install();
+        // Before Gloo connects and sends: its send buffers never shrink to a
+        // few KiB, where two small messages in a row wait out the peer's
+        // delayed ACK, and its connections inside the host leave BBR
+        // (`socket_options`). Where it cannot be done Gloo sets them as shipped.
+        let _ = socket_options::install();
         // Also before they start, so that they inherit it: the rank's caller
         // and Gloo threads on the rank's own CPUs ("Placement" above). Not
         // with Gloo's loop as shipped, which spins on a core it shares with

@@ -106,6 +106,8 @@ pub(super) fn connect_mesh(
         peer.stream
             .set_nonblocking(true)
             .map_err(|e| Error::io("making a peer socket non-blocking", e))?;
+        // Best effort: a socket the kernel keeps on its algorithm still works.
+        let _ = crate::sys::congestion::mend(peer.stream.as_raw_fd());
     }
     Ok(peers)
 }

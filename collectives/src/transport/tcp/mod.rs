@@ -19,7 +19,10 @@
 //! real peer and, if it never comes, says whom it turned away.
 //!
 //! # Moving bytes
-//! After setup every socket is non-blocking. [`Transport::exchange`] runs one
+//! After setup every socket is non-blocking, and one whose peer is on this
+//! host leaves BBR for cubic where the system chose BBR (`sys::congestion`:
+//! BBR paces such a connection at what a busy peer managed to read).
+//! [`Transport::exchange`] runs one
 //! loop that progresses the send (header and payload in one `sendmsg`) and the
 //! receive together and only calls `poll` when both would block, so any pattern
 //! of matching sends and receives completes at any message size. Small

@@ -1,6 +1,8 @@
-//! Gloo's socket send buffers, never sized below [`FLOOR`].
+//! Gloo's socket options, as ringside mends them: send buffers never sized
+//! below [`FLOOR`], and connections inside the host kept off BBR
+//! ([`crate::sys::congestion`]).
 //!
-//! **What breaks.** Before each send, libgloo's `Pair::send` (Debian's 0.5,
+//! **Send buffers: what breaks.** Before each send, libgloo's `Pair::send` (Debian's 0.5,
 //! and upstream's) sets the socket's `SO_SNDBUF` to the message's size
 //! whenever that is larger than the buffer it set last, "so that the write
 //! completes synchronously". The first messages on a pair are small (a
@@ -22,32 +24,41 @@
 //!
 //! **What this does.** [`install`] points libgloo's import of `setsockopt`
 //! (its GOT entry; [`super::got`]) at a wrapper that raises an `SO_SNDBUF`
-//! request below [`FLOOR`] to it and passes every other call on unchanged.
-//! Requests from [`FLOOR`] up, Gloo's own sizing for large messages, are
-//! untouched. `RINGSIDE_GLOO_SEND_BUFFER=off` leaves Gloo's sizing as
-//! shipped, for an A/B.
+//! request below [`FLOOR`] to it, and after Gloo sets `TCP_NODELAY` on a
+//! socket (it does on each as it connects) hands the socket to
+//! [`congestion::mend`]. Every other call passes on unchanged, and requests
+//! from [`FLOOR`] up, Gloo's own sizing for large messages, are untouched.
+//! `RINGSIDE_GLOO_SEND_BUFFER=off` leaves Gloo's sizing as shipped, and
+//! `RINGSIDE_TCP_CONGESTION=off` the system's congestion control, for an A/B.
 
 use std::ffi::{c_int, c_void};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::got::{self, LIBGLOO};
+use crate::sys::congestion;
 
-/// The variable that turns the wrapper off (`off`, `0` or `false`).
+/// The variable that keeps Gloo's own send buffer sizing (`off`, `0` or `false`).
 pub(super) const ENV: &str = "RINGSIDE_GLOO_SEND_BUFFER";
+
+/// Whether the wrapper raises small send buffers (not turned off by [`ENV`]).
+static RAISE: AtomicBool = AtomicBool::new(false);
 
 /// The smallest send buffer Gloo may ask for: room for many small messages
 /// in a row (the kernel doubles the figure for its own bookkeeping).
 pub(super) const FLOOR: c_int = 256 << 10;
 
 /// Points libgloo's `setsockopt` at the wrapper, once per process; later
-/// calls return the first call's outcome. `Err` says why Gloo sizes its
-/// buffers as shipped (turned off, its import was not found, or an
-/// architecture `got` does not handle).
+/// calls return the first call's outcome. `Err` says why Gloo sets its
+/// sockets' options as shipped (both mends turned off, its import was not
+/// found, or an architecture `got` does not handle).
 pub(super) fn install() -> Result<(), String> {
     static DONE: OnceLock<Result<(), String>> = OnceLock::new();
     DONE.get_or_init(|| {
-        if crate::job::switched_off(ENV) {
-            return Err(format!("{ENV} turns it off"));
+        let raise = !crate::job::switched_off(ENV);
+        RAISE.store(raise, Ordering::Relaxed);
+        if !raise && crate::job::switched_off(congestion::ENV) {
+            return Err(format!("{ENV} and {} turn it off", congestion::ENV));
         }
         got::patch(
             LIBGLOO,
@@ -57,7 +68,8 @@ pub(super) fn install() -> Result<(), String> {
     .clone()
 }
 
-/// libgloo's `setsockopt`: an `SO_SNDBUF` below [`FLOOR`] raised to it.
+/// libgloo's `setsockopt`: an `SO_SNDBUF` below [`FLOOR`] raised to it, and
+/// a socket just given `TCP_NODELAY` handed to [`congestion::mend`].
 unsafe extern "C" fn setsockopt_hook(
     fd: c_int,
     level: c_int,
@@ -67,7 +79,8 @@ unsafe extern "C" fn setsockopt_hook(
 ) -> c_int {
     // Gloo passes a size_t; the kernel reads an int from it (little-endian
     // hosts read its low half). Anything else is passed on as it came.
-    if level == libc::SOL_SOCKET && name == libc::SO_SNDBUF && !value.is_null() {
+    let raise_this = level == libc::SOL_SOCKET && name == libc::SO_SNDBUF;
+    if raise_this && !value.is_null() && RAISE.load(Ordering::Relaxed) {
         let len_ok = len as usize >= size_of::<c_int>();
         // SAFETY: the caller says `value` holds `len` bytes, at least an int.
         let asked = len_ok.then(|| unsafe { value.cast::<c_int>().read_unaligned() });
@@ -86,7 +99,12 @@ unsafe extern "C" fn setsockopt_hook(
         }
     }
     // SAFETY: the caller's arguments, passed on unchanged.
-    unsafe { libc::setsockopt(fd, level, name, value, len) }
+    let rc = unsafe { libc::setsockopt(fd, level, name, value, len) };
+    if rc == 0 && level == libc::IPPROTO_TCP && name == libc::TCP_NODELAY {
+        // Best effort: a socket the kernel keeps on its algorithm still works.
+        let _ = congestion::mend(fd);
+    }
+    rc
 }
 
 /// What a request of `asked` bytes becomes.
@@ -109,6 +127,8 @@ mod tests {
     /// leaves a buffer of at least the floor, other options pass unchanged.
     #[test]
     fn the_wrapper_keeps_a_socket_s_send_buffer_at_the_floor() {
+        // As `install` leaves it unless RINGSIDE_GLOO_SEND_BUFFER=off.
+        RAISE.store(true, Ordering::Relaxed);
         // SAFETY: plain socket calls on a socket this test owns.
         unsafe {
             let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
@@ -151,5 +171,34 @@ mod tests {
             assert_eq!(rc, 0);
             libc::close(fd);
         }
+    }
+
+    /// Gloo sets `TCP_NODELAY` on each socket as it connects: through the
+    /// wrapper, a loopback connection on bbr leaves it for cubic.
+    #[test]
+    fn the_wrapper_moves_a_loopback_connection_off_bbr_when_gloo_sets_nodelay() {
+        use std::net::{TcpListener, TcpStream};
+        use std::os::fd::AsRawFd;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (_server, _) = listener.accept().unwrap();
+        let fd = client.as_raw_fd();
+        if let Some(why_not) = congestion::tests::skip_bbr(fd) {
+            eprintln!("skipped: {why_not}");
+            return;
+        }
+        let on: c_int = 1;
+        // SAFETY: a live int of the length given, on our own socket.
+        let rc = unsafe {
+            setsockopt_hook(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_NODELAY,
+                (&on as *const c_int).cast(),
+                size_of::<c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0);
+        assert_eq!(congestion::algorithm(fd).unwrap(), congestion::INSTEAD);
     }
 }
