@@ -188,9 +188,7 @@ pub(crate) mod tests {
     /// kernel has it) is moved to `cubic`; one on another algorithm is kept.
     #[test]
     fn a_loopback_connection_on_bbr_is_moved_to_cubic() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (_server, _) = listener.accept().unwrap();
+        let (client, _server) = loopback_pair();
         let fd = client.as_raw_fd();
         choose(fd, INSTEAD).expect("cubic is open to every process");
         assert_eq!(mend(fd).unwrap(), Mended::Kept);
@@ -201,6 +199,14 @@ pub(crate) mod tests {
             return;
         };
         eprintln!("skipped the bbr half: {why_not}");
+    }
+
+    /// The two ends of a fresh loopback connection: (client, server).
+    pub(crate) fn loopback_pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        (client, server)
     }
 
     /// Puts `fd` on bbr for a test, or says why a test cannot.

@@ -160,15 +160,7 @@ mod tests {
                 .and_then(|s| s.trim().parse::<c_int>().ok())
                 .unwrap_or(FLOOR);
             assert!(got >= FLOOR.min(2 * cap), "send buffer {got} bytes");
-            let on: c_int = 1;
-            let rc = setsockopt_hook(
-                fd,
-                libc::IPPROTO_TCP,
-                libc::TCP_NODELAY,
-                (&on as *const c_int).cast(),
-                size_of::<c_int>() as libc::socklen_t,
-            );
-            assert_eq!(rc, 0);
+            assert_eq!(nodelay_through_the_wrapper(fd), 0);
             libc::close(fd);
         }
     }
@@ -177,19 +169,22 @@ mod tests {
     /// wrapper, a loopback connection on bbr leaves it for cubic.
     #[test]
     fn the_wrapper_moves_a_loopback_connection_off_bbr_when_gloo_sets_nodelay() {
-        use std::net::{TcpListener, TcpStream};
         use std::os::fd::AsRawFd;
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (_server, _) = listener.accept().unwrap();
+        let (client, _server) = congestion::tests::loopback_pair();
         let fd = client.as_raw_fd();
         if let Some(why_not) = congestion::tests::skip_bbr(fd) {
             eprintln!("skipped: {why_not}");
             return;
         }
+        assert_eq!(nodelay_through_the_wrapper(fd), 0);
+        assert_eq!(congestion::algorithm(fd).unwrap(), congestion::INSTEAD);
+    }
+
+    /// `TCP_NODELAY` set on `fd` through the wrapper, as Gloo sets it.
+    fn nodelay_through_the_wrapper(fd: c_int) -> c_int {
         let on: c_int = 1;
-        // SAFETY: a live int of the length given, on our own socket.
-        let rc = unsafe {
+        // SAFETY: a live int of the length given, on the caller's socket.
+        unsafe {
             setsockopt_hook(
                 fd,
                 libc::IPPROTO_TCP,
@@ -197,8 +192,6 @@ mod tests {
                 (&on as *const c_int).cast(),
                 size_of::<c_int>() as libc::socklen_t,
             )
-        };
-        assert_eq!(rc, 0);
-        assert_eq!(congestion::algorithm(fd).unwrap(), congestion::INSTEAD);
+        }
     }
 }
