@@ -36,10 +36,11 @@
 //! the TCP transport on its mesh's. `RINGSIDE_TCP_CONGESTION=off` keeps the
 //! system's choice everywhere, for an A/B.
 
-use std::ffi::c_int;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
-use std::os::fd::RawFd;
+use std::net::IpAddr;
+use std::os::fd::BorrowedFd;
+
+use socket2::SockRef;
 
 /// The variable that keeps the system's choice (`off`, `0` or `false`).
 pub(crate) const ENV: &str = "RINGSIDE_TCP_CONGESTION";
@@ -63,17 +64,16 @@ pub(crate) enum Mended {
 /// Moves `fd`, a connected TCP socket, from `bbr` to `cubic` if its peer is
 /// on this host. An error is the kernel refusing to read or set the
 /// algorithm; callers go on with the socket as it is.
-pub(crate) fn mend(fd: RawFd) -> io::Result<Mended> {
+pub(crate) fn mend(fd: BorrowedFd<'_>) -> io::Result<Mended> {
     if crate::job::switched_off(ENV) {
         return Ok(Mended::Kept);
     }
-    let (Some(local), Some(peer)) = (
-        address(fd, libc::getsockname),
-        address(fd, libc::getpeername),
-    ) else {
+    let socket = SockRef::from(&fd);
+    let ip = |a: io::Result<socket2::SockAddr>| a.ok()?.as_socket().map(|a| a.ip());
+    let (Some(local), Some(peer)) = (ip(socket.local_addr()), ip(socket.peer_addr())) else {
         return Ok(Mended::Kept);
     };
-    if !host_local(local.ip(), peer.ip()) || algorithm(fd)? != PACED {
+    if !host_local(local, peer) || algorithm(fd)? != PACED {
         return Ok(Mended::Kept);
     }
     choose(fd, INSTEAD)?;
@@ -81,21 +81,16 @@ pub(crate) fn mend(fd: RawFd) -> io::Result<Mended> {
 }
 
 /// Puts the socket on the algorithm called `name`.
-pub(crate) fn choose(fd: RawFd, name: &str) -> io::Result<()> {
-    // SAFETY: a live buffer of the length given.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            name.as_ptr().cast(),
-            name.len() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+pub(crate) fn choose(fd: BorrowedFd<'_>, name: &str) -> io::Result<()> {
+    SockRef::from(&fd).set_tcp_congestion(name.as_bytes())
+}
+
+/// The socket's congestion control algorithm, by name.
+pub(crate) fn algorithm(fd: BorrowedFd<'_>) -> io::Result<String> {
+    let name = SockRef::from(&fd).tcp_congestion()?;
+    // The kernel fills its whole name buffer, NUL-padded.
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    Ok(String::from_utf8_lossy(&name[..end]).into_owned())
 }
 
 /// Whether a connection from `local` to `peer` stays on this host.
@@ -103,74 +98,11 @@ fn host_local(local: IpAddr, peer: IpAddr) -> bool {
     peer.is_loopback() || peer.to_canonical() == local.to_canonical()
 }
 
-/// The socket's congestion control algorithm, by name.
-pub(crate) fn algorithm(fd: RawFd) -> io::Result<String> {
-    // TCP_CA_NAME_MAX is 16.
-    let mut name = [0u8; 16];
-    let mut len = name.len() as libc::socklen_t;
-    // SAFETY: a live buffer of the length given.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            name.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let name = &name[..(len as usize).min(name.len())];
-    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-    Ok(String::from_utf8_lossy(&name[..end]).into_owned())
-}
-
-/// The socket's own (`getsockname`) or its peer's (`getpeername`) address,
-/// if it is an IPv4 or IPv6 one.
-fn address(
-    fd: RawFd,
-    get: unsafe extern "C" fn(c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> c_int,
-) -> Option<SocketAddr> {
-    // SAFETY: sockaddr_storage is plain data; all zeroes is a valid value.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // SAFETY: a live buffer of the length given.
-    if unsafe {
-        get(
-            fd,
-            (&mut storage as *mut libc::sockaddr_storage).cast(),
-            &mut len,
-        )
-    } != 0
-    {
-        return None;
-    }
-    match c_int::from(storage.ss_family) {
-        libc::AF_INET => {
-            // SAFETY: the kernel wrote a sockaddr_in for this family.
-            let a =
-                unsafe { *(&storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
-            let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
-            Some(SocketAddr::new(ip.into(), u16::from_be(a.sin_port)))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the kernel wrote a sockaddr_in6 for this family.
-            let a = unsafe {
-                *(&storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
-            };
-            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
-            Some(SocketAddr::new(ip.into(), u16::from_be(a.sin6_port)))
-        }
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
     use std::net::{TcpListener, TcpStream};
-    use std::os::fd::AsRawFd;
+    use std::os::fd::AsFd;
 
     #[test]
     fn loopback_and_own_address_peers_are_host_local_others_not() {
@@ -189,7 +121,7 @@ pub(crate) mod tests {
     #[test]
     fn a_loopback_connection_on_bbr_is_moved_to_cubic() {
         let (client, _server) = loopback_pair();
-        let fd = client.as_raw_fd();
+        let fd = client.as_fd();
         choose(fd, INSTEAD).expect("cubic is open to every process");
         assert_eq!(mend(fd).unwrap(), Mended::Kept);
         assert_eq!(algorithm(fd).unwrap(), INSTEAD);
@@ -210,7 +142,7 @@ pub(crate) mod tests {
     }
 
     /// Puts `fd` on bbr for a test, or says why a test cannot.
-    pub(crate) fn skip_bbr(fd: RawFd) -> Option<String> {
+    pub(crate) fn skip_bbr(fd: BorrowedFd<'_>) -> Option<String> {
         if crate::job::switched_off(ENV) {
             return Some(format!("{ENV} is set to off"));
         }

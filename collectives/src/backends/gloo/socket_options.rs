@@ -32,6 +32,7 @@
 //! `RINGSIDE_TCP_CONGESTION=off` the system's congestion control, for an A/B.
 
 use std::ffi::{c_int, c_void};
+use std::os::fd::BorrowedFd;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -101,8 +102,10 @@ unsafe extern "C" fn setsockopt_hook(
     // SAFETY: the caller's arguments, passed on unchanged.
     let rc = unsafe { libc::setsockopt(fd, level, name, value, len) };
     if rc == 0 && level == libc::IPPROTO_TCP && name == libc::TCP_NODELAY {
+        // SAFETY: Gloo's socket, open for the whole of this call.
+        let socket = unsafe { BorrowedFd::borrow_raw(fd) };
         // Best effort: a socket the kernel keeps on its algorithm still works.
-        let _ = congestion::mend(fd);
+        let _ = congestion::mend(socket);
     }
     rc
 }
@@ -169,15 +172,17 @@ mod tests {
     /// wrapper, a loopback connection on bbr leaves it for cubic.
     #[test]
     fn the_wrapper_moves_a_loopback_connection_off_bbr_when_gloo_sets_nodelay() {
-        use std::os::fd::AsRawFd;
+        use std::os::fd::{AsFd, AsRawFd};
         let (client, _server) = congestion::tests::loopback_pair();
-        let fd = client.as_raw_fd();
-        if let Some(why_not) = congestion::tests::skip_bbr(fd) {
+        if let Some(why_not) = congestion::tests::skip_bbr(client.as_fd()) {
             eprintln!("skipped: {why_not}");
             return;
         }
-        assert_eq!(nodelay_through_the_wrapper(fd), 0);
-        assert_eq!(congestion::algorithm(fd).unwrap(), congestion::INSTEAD);
+        assert_eq!(nodelay_through_the_wrapper(client.as_raw_fd()), 0);
+        assert_eq!(
+            congestion::algorithm(client.as_fd()).unwrap(),
+            congestion::INSTEAD
+        );
     }
 
     /// `TCP_NODELAY` set on `fd` through the wrapper, as Gloo sets it.

@@ -13,7 +13,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -107,7 +107,7 @@ pub(super) fn connect_mesh(
             .set_nonblocking(true)
             .map_err(|e| Error::io("making a peer socket non-blocking", e))?;
         // Best effort: a socket the kernel keeps on its algorithm still works.
-        let _ = crate::sys::congestion::mend(peer.stream.as_raw_fd());
+        let _ = crate::sys::congestion::mend(peer.stream.as_fd());
     }
     Ok(peers)
 }
