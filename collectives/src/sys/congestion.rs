@@ -46,7 +46,7 @@ use socket2::SockRef;
 pub(crate) const ENV: &str = "RINGSIDE_TCP_CONGESTION";
 
 /// The algorithm host-local connections leave.
-pub(crate) const PACED: &str = "bbr";
+const PACED: &str = "bbr";
 
 /// The algorithm they take instead: built into every distribution kernel, and
 /// open to unprivileged processes (`net.ipv4.tcp_allowed_congestion_control`).
@@ -65,7 +65,7 @@ pub(crate) enum Mended {
 /// on this host. An error is the kernel refusing to read or set the
 /// algorithm; callers go on with the socket as it is.
 pub(crate) fn mend(fd: BorrowedFd<'_>) -> io::Result<Mended> {
-    if crate::job::switched_off(ENV) {
+    if !wanted() {
         return Ok(Mended::Kept);
     }
     let socket = SockRef::from(&fd);
@@ -80,8 +80,13 @@ pub(crate) fn mend(fd: BorrowedFd<'_>) -> io::Result<Mended> {
     Ok(Mended::Moved)
 }
 
+/// Whether host-local connections leave BBR ([`ENV`] not set to `off`).
+pub(crate) fn wanted() -> bool {
+    !crate::job::switched_off(ENV)
+}
+
 /// Puts the socket on the algorithm called `name`.
-pub(crate) fn choose(fd: BorrowedFd<'_>, name: &str) -> io::Result<()> {
+fn choose(fd: BorrowedFd<'_>, name: &str) -> io::Result<()> {
     SockRef::from(&fd).set_tcp_congestion(name.as_bytes())
 }
 
@@ -143,7 +148,7 @@ pub(crate) mod tests {
 
     /// Puts `fd` on bbr for a test, or says why a test cannot.
     pub(crate) fn skip_bbr(fd: BorrowedFd<'_>) -> Option<String> {
-        if crate::job::switched_off(ENV) {
+        if !wanted() {
             return Some(format!("{ENV} is set to off"));
         }
         choose(fd, PACED)

@@ -58,7 +58,7 @@ pub(super) fn install() -> Result<(), String> {
     DONE.get_or_init(|| {
         let raise = !crate::job::switched_off(ENV);
         RAISE.store(raise, Ordering::Relaxed);
-        if !raise && crate::job::switched_off(congestion::ENV) {
+        if !raise && !congestion::wanted() {
             return Err(format!("{ENV} and {} turn it off", congestion::ENV));
         }
         got::patch(
