@@ -107,6 +107,13 @@ pub fn references_carry_their_machine(root: &Path, labs: &[Lab]) -> Result<()> {
             if !lacks.is_empty() {
                 missing.push(format!("{}: no {}", path.display(), lacks.join(", no ")));
             }
+            if framed(&text) {
+                missing.push(format!(
+                    "{}: says \"{REFERENCE_RUN}\" in italics itself, which the book adds \
+                     around it (it read twice)",
+                    path.display()
+                ));
+            }
         }
     }
     anyhow::ensure!(
@@ -115,6 +122,14 @@ pub fn references_carry_their_machine(root: &Path, labs: &[Lab]) -> Result<()> {
         missing.join("\n  ")
     );
     Ok(())
+}
+
+/// How the book introduces a committed reference run's caption (in italics).
+const REFERENCE_RUN: &str = "A reference run of the solution";
+
+/// Whether a committed caption already carries the framing the book adds.
+fn framed(text: &str) -> bool {
+    text.trim_start().starts_with('*') || text.contains(REFERENCE_RUN)
 }
 
 /// What a reference caption lacks of command, CPU, cores and date.
@@ -248,7 +263,7 @@ pub fn stage(root: &Path, results: &Path, labs: &[Lab]) -> Result<Vec<String>> {
             (None, None) => (
                 reference.clone(),
                 format!(
-                    "*A reference run of the solution: {about} Run `cargo lab {n}`, then \
+                    "*{REFERENCE_RUN}: {about} Run `cargo lab {n}`, then \
                      `cargo xtask book`, to see your own here.*\n"
                 ),
             ),
@@ -289,10 +304,7 @@ pub fn stage(root: &Path, results: &Path, labs: &[Lab]) -> Result<Vec<String>> {
             let about = std::fs::read_to_string(gpu.join("run.md")).unwrap_or_default();
             std::fs::write(
                 gpu_dest.join("run.md"),
-                format!(
-                    "*A reference run of the solution on a GPU: {}*\n",
-                    about.trim()
-                ),
+                format!("*{REFERENCE_RUN} on a GPU: {}*\n", about.trim()),
             )?;
             line.push_str(&format!(", {k} GPU figure(s) from {}", rel(&gpu)));
         }
@@ -511,6 +523,39 @@ mod tests {
             err.contains("lab07/run.md") && err.contains("lab07/gpu/run.md"),
             "{err}"
         );
+    }
+
+    /// The committed GPU captions of labs 2, 4 and 5 began with the book's own
+    /// "*A reference run of the solution on a GPU: " and ended in "*", so the
+    /// book printed that twice and its italics broke: refused now.
+    #[test]
+    fn gpu_captions_said_a_reference_run_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let labs = lab7(root);
+        let reference = root.join("book/reference/lab07");
+        let full = "`scripts/gpu-check.sh run` on an H100 beside a 16-core Intel Xeon, 2026-11-27";
+        std::fs::create_dir_all(reference.join("gpu")).unwrap();
+        std::fs::write(
+            reference.join("run.md"),
+            "`cargo lab 7 --solution` on a 2-core AMD EPYC, 2026-11-29",
+        )
+        .unwrap();
+        std::fs::write(reference.join("gpu/run.md"), full).unwrap();
+        references_carry_their_machine(root, &labs).unwrap();
+        std::fs::write(
+            reference.join("gpu/run.md"),
+            format!("*A reference run of the solution on a GPU: {full}*"),
+        )
+        .unwrap();
+        let err = references_carry_their_machine(root, &labs)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("lab07/gpu/run.md") && err.contains("read twice"),
+            "{err}"
+        );
+        assert!(!err.contains("lab07/run.md:"), "{err}");
     }
 
     #[test]
