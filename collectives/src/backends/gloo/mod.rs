@@ -56,8 +56,8 @@
 //! **Under load** (two busy loops beside a 2-rank job on 2 cores), measured
 //! with `ringside bench --backend gloo --peer torch --load 2` (add `--repeat
 //! 5` so both sides take turns and each is judged on its median round; the
-//! README has the tables, and how much TCP's congestion control moves the
-//! large sizes): what decides a
+//! README has the latest table, `benches/measurement-log.md` the earlier ones
+//! and how much TCP's congestion control moves the large sizes): what decides a
 //! call's time is how much CPU the rank gets and how late it is woken, not how
 //! much CPU the call needs (about the same as torch's: ~2.2 ms per rank for
 //! 4 MiB idle, 7.5–9 ms for 16 MiB under load, against torch's ~2.9 and ~7.8).

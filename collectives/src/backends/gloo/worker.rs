@@ -21,7 +21,7 @@
 //! packs the two busy loops onto one core, as it does beside PyTorch's ranks;
 //! with Gloo called on the rank's thread it never did, and each rank got a third
 //! of a core. In `bench --backend gloo --peer torch --load 2` (6 alternating
-//! runs of each build, the README has the table) 4 MiB went from 1.76× torch's
+//! runs of each build) 4 MiB went from 1.76× torch's
 //! time (median of the per-run ratios; 1.61–2.28) to 0.89× (0.58–1.70), 16 MiB
 //! from 1.44× to 1.24×, 64 MiB from 1.01× to 0.90×.
 //!

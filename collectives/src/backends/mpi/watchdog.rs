@@ -35,7 +35,8 @@ const SLOTS: usize = 64;
 /// same within the runs' spread without these stores or with the watch inlined
 /// and its first-call work moved out of line. `peers --impl
 /// mpi,ringside-mpi,mpi-bare` measures the same way (`bare.rs`): +0.01 to
-/// +0.09 µs at 8–256 B in five runs (the README's MPI section).
+/// +0.09 µs at 8–256 B in five runs (`benches/measurement-log.md`, "The MPI
+/// binding's overhead"), +0.06 to +0.09 in three on the EPYC VM (2026-11-29).
 struct Slot {
     /// Whether a thread owns this slot.
     owned: AtomicBool,
