@@ -40,6 +40,54 @@
 //! context and TCP device of their own, made over the first (no store
 //! traffic).
 //!
+//! How each collective maps onto Gloo:
+//!
+//! | collective | Gloo |
+//! |---|---|
+//! | all_reduce | the algorithm above, in place on the output |
+//! | broadcast, reduce, all_gather, all_to_all, gather, scatter, barrier | `gloo::broadcast`, `gloo::reduce`, ... (options API; reduce is `gloo::allreduce` while a classic algorithm is selected) |
+//! | reduce_scatter | n `gloo::reduce` calls (block r to rank r) on a scratch copy of the input  |
+//! | send / recv | unbound buffers on one fixed slot (Gloo keeps per-peer order) |
+//!
+//! Nothing in the conformance matrix is declined. Gloo has no bfloat16 and
+//! its collectives do not take aliased input and output; instead of
+//! declining those, reductions use the shim's own kernels for every dtype
+//! (bf16 and f16 through f32, rounding once per step; integers wrap), and
+//! in-place forms stage through scratch copies. `Avg` is a sum followed by
+//! [`finish_avg`]. Reduce on non-root ranks runs in scratch memory, so their
+//! buffers are left unchanged. Declined, identically on every rank and
+//! before any communication ([`Error::Unsupported`]): device (CUDA) buffers;
+//! more than `i32::MAX` elements on a classic algorithm (they count in
+//! `int`).
+//!
+//! # On a busy machine
+//!
+//! Gloo as Debian and PyTorch ship it took a scheduler tick (4 ms) per call
+//! beside busy programs. What ringside changes around it, each with the
+//! measurements under "Measurements" below or in the file named:
+//!
+//! - Gloo's event loop yields when it keeps finding a ready socket whose pair
+//!   lock another thread holds ([`loop_yield`]; `RINGSIDE_GLOO_LOOP_YIELD`).
+//! - The rank's thread, Gloo's loop and the worker ask for a 100 µs
+//!   scheduler slice ("A short scheduler slice"; `RINGSIDE_GLOO_SLICE`).
+//! - Gloo's loop threads keep the rank's priority, as PyTorch's do ("Gloo's
+//!   threads").
+//! - Calls of 1 MiB and more run on a worker thread while the caller waits,
+//!   as in PyTorch's `ProcessGroupGloo` (`worker.rs`).
+//! - Send buffers of at least 256 KiB (`socket_options.rs`;
+//!   `RINGSIDE_GLOO_SEND_BUFFER`), and connections inside the host on cubic
+//!   where the system chose BBR (`sys::congestion`; `RINGSIDE_TCP_CONGESTION`).
+//! - Ranks that share a scheduling group are bound to their share of the
+//!   CPUs ("Placement"; `RINGSIDE_BIND`).
+//!
+//! What is left (2026-11-29, 2-core VMs): at 4–16 MiB beside two busy loops
+//! ringside's and torch's gloo are a coin toss from run to run; both need
+//! about the same CPU per call there, and the share the scheduler gives each
+//! decides. `benches/measurement-log.md` has every dated run, including what
+//! was tried and not kept.
+//!
+//! # Measurements
+//!
 //! **Mended on 2026-11-29**: with a classic algorithm selected, the full
 //! conformance matrix hung in a later options-style collective after the
 //! 4 MiB all_reduce cases, and in a sweep (`RINGSIDE_GLOO_ALGO=ring_chunked
@@ -215,26 +263,6 @@
 //! (`sched_setattr`; the default here is 1.4 ms) measured within noise under
 //! the own launcher and `--load 2` (6 rounds each, medians: 16 MiB 16.5 against
 //! 16.0 ms, 64 MiB 70 against 76), so it was not kept.
-//!
-//! How each collective maps onto Gloo:
-//!
-//! | collective | Gloo |
-//! |---|---|
-//! | all_reduce | the algorithm above, in place on the output |
-//! | broadcast, reduce, all_gather, all_to_all, gather, scatter, barrier | `gloo::broadcast`, `gloo::reduce`, ... (options API; reduce is `gloo::allreduce` while a classic algorithm is selected) |
-//! | reduce_scatter | n `gloo::reduce` calls (block r to rank r) on a scratch copy of the input  |
-//! | send / recv | unbound buffers on one fixed slot (Gloo keeps per-peer order) |
-//!
-//! Nothing in the conformance matrix is declined. Gloo has no bfloat16 and
-//! its collectives do not take aliased input and output; instead of
-//! declining those, reductions use the shim's own kernels for every dtype
-//! (bf16 and f16 through f32, rounding once per step; integers wrap), and
-//! in-place forms stage through scratch copies. `Avg` is a sum followed by
-//! [`finish_avg`]. Reduce on non-root ranks runs in scratch memory, so their
-//! buffers are left unchanged. Declined, identically on every rank and
-//! before any communication ([`Error::Unsupported`]): device (CUDA) buffers;
-//! more than `i32::MAX` elements on a classic algorithm (they count in
-//! `int`).
 
 mod close_on_exec;
 mod got;
