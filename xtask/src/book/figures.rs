@@ -109,8 +109,8 @@ pub fn references_carry_their_machine(root: &Path, labs: &[Lab]) -> Result<()> {
             }
             if framed(&text) {
                 missing.push(format!(
-                    "{}: says \"{REFERENCE_RUN}\" in italics itself, which the book adds \
-                     around it (it read twice)",
+                    "{}: carries the book's own framing (it begins in italics or says \
+                     \"{REFERENCE_RUN}\"), which the book adds around it (it read twice)",
                     path.display()
                 ));
             }

@@ -36,7 +36,7 @@ const SLOTS: usize = 64;
 /// and its first-call work moved out of line. `peers --impl
 /// mpi,ringside-mpi,mpi-bare` measures the same way (`bare.rs`): +0.01 to
 /// +0.09 µs at 8–256 B in five runs (`benches/measurement-log.md`, "The MPI
-/// binding's overhead"), +0.06 to +0.09 in three on the EPYC VM (2026-11-29).
+/// binding's overhead"), +0.06 to +0.09 in five on the EPYC VM (2026-11-29).
 struct Slot {
     /// Whether a thread owns this slot.
     owned: AtomicBool,
