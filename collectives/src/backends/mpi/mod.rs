@@ -105,6 +105,7 @@ impl MpiComm {
     /// is collective).
     pub fn new(rank: usize, world: usize) -> Result<MpiComm> {
         let rt = runtime()?;
+        watchdog::start();
         if (rt.world_rank, rt.world_size) != (rank, world) {
             return Err(Error::Rendezvous(format!(
                 "MPI says this process is rank {} of {}, but ringside's launcher discovery says \
@@ -148,6 +149,7 @@ impl MpiComm {
     /// watchdog, and checks its code.
     /// `what` is a reference to a literal (`&"MPI_Bcast"`): one word for the
     /// watchdog to keep.
+    #[inline]
     fn call(
         &self,
         what: &'static &'static str,

@@ -324,24 +324,33 @@ pub(super) fn error_string(rc: c_int) -> String {
 }
 
 /// Turns an MPI return code into our error, with MPI's message.
+#[inline]
 pub(super) fn check(rc: c_int, what: &str) -> Result<()> {
     if rc == ffi::MPI_SUCCESS as c_int {
         Ok(())
     } else {
-        Err(Error::Protocol(format!(
-            "{what} failed: {}",
-            error_string(rc)
-        )))
+        Err(failed(rc, what))
     }
 }
 
+#[cold]
+#[inline(never)]
+fn failed(rc: c_int, what: &str) -> Error {
+    Error::Protocol(format!("{what} failed: {}", error_string(rc)))
+}
+
 /// A count as MPI's `int`.
+#[inline]
 pub(super) fn int(n: usize, what: &str) -> Result<c_int> {
-    c_int::try_from(n).map_err(|_| {
-        Error::InvalidArgument(format!(
-            "{what}: {n} elements is more than MPI's int count can say"
-        ))
-    })
+    c_int::try_from(n).map_err(|_| too_many(n, what))
+}
+
+#[cold]
+#[inline(never)]
+fn too_many(n: usize, what: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "{what}: {n} elements is more than MPI's int count can say"
+    ))
 }
 
 pub(super) fn cptr(s: &[u8]) -> *const c_void {
@@ -363,21 +372,29 @@ pub(super) fn mptr(s: &mut [u8]) -> *mut c_void {
 
 /// Whether a call may go ahead at `single` or `funneled` (`level`), made on
 /// the thread that started MPI or not.
+#[inline]
 pub(super) fn one_thread(level: Threading, on_mpi_thread: bool) -> Result<()> {
     if on_mpi_thread {
         return Ok(());
     }
-    Err(Error::InvalidArgument(format!(
+    Err(wrong_thread(level))
+}
+
+#[cold]
+#[inline(never)]
+fn wrong_thread(level: Threading) -> Error {
+    Error::InvalidArgument(format!(
         "MPI runs at thread level {} ({THREAD_LEVEL_VAR}), which allows MPI calls only \
          from the thread that started MPI, and this call came from another thread: set \
          {THREAD_LEVEL_VAR}=serialized or multiple",
         level_name(level)
-    )))
+    ))
 }
 
 impl Runtime {
     /// Enters an MPI call: the lock to hold for it, if any, or an error for a
     /// call from a thread the thread level rules out.
+    #[inline]
     pub(super) fn lock(&self) -> Result<Option<MutexGuard<'_, ()>>> {
         match &self.guard {
             Guard::None => Ok(None),

@@ -37,6 +37,12 @@ const SLOTS: usize = 64;
 /// mpi,ringside-mpi,mpi-bare` measures the same way (`bare.rs`): +0.01 to
 /// +0.09 µs at 8–256 B in five runs (`benches/measurement-log.md`, "The MPI
 /// binding's overhead"), +0.06 to +0.09 in five on the EPYC VM (2026-11-29).
+/// The thread is started with the first communicator, and a thread's first
+/// call and every error are out of line, so the call itself only stores: one
+/// rank alone (`mpirun -np 1 ringside sweep --backend mpi --beside-bare -b 8
+/// -e 8 -n 2000000`, EPYC VM, 2026-11-29, 5 launches each in turn) took
+/// 0.052–0.064 µs a call against 0.060–0.075 before, by mean, lower in 5 of
+/// 5 pairs; the bare call beside it gained as much (its barrier arms a watch).
 struct Slot {
     /// Whether a thread owns this slot.
     owned: AtomicBool,
@@ -89,12 +95,19 @@ fn claim() -> Option<usize> {
     })
 }
 
-/// This thread's own slot (claimed once), or a slot for one call.
-fn slot() -> Option<(usize, bool)> {
-    if let Some(i) = MINE.with(Cell::get) {
-        return Some((i, false));
-    }
-    let i = claim()?;
+/// This thread's own slot, claimed on its first call: the only work a call
+/// does beyond its stores, so it is kept out of line.
+#[cold]
+#[inline(never)]
+fn first_slot() -> Option<(usize, bool)> {
+    let Some(i) = claim() else {
+        // Every slot is owned by a thread: wait for one to come free for this
+        // call (more than 64 threads in MPI calls at once; not seen in practice).
+        return (0..1000).find_map(|_| {
+            std::thread::yield_now();
+            claim().map(|i| (i, true))
+        });
+    };
     let kept = KEEP.try_with(|k| *k.borrow_mut() = Some(Owned(i))).is_ok();
     if kept {
         MINE.with(|m| m.set(Some(i)));
@@ -111,9 +124,10 @@ pub(super) struct Watched {
 }
 
 impl Drop for Watched {
+    #[inline]
     fn drop(&mut self) {
         if let Some((i, temporary)) = self.slot {
-            SLOT_TABLE[i].started.store(0, Ordering::Relaxed);
+            SLOT_TABLE[i % SLOTS].started.store(0, Ordering::Relaxed);
             if temporary {
                 SLOT_TABLE[i].owned.store(false, Ordering::Release);
             }
@@ -121,30 +135,33 @@ impl Drop for Watched {
     }
 }
 
+/// Starts the watchdog thread, once per process. Called when a communicator
+/// is made, so that the calls themselves only store.
+pub(super) fn start() {
+    THREAD.get_or_init(|| {
+        // Without the thread the calls are only unwatched, as before: not a
+        // reason to fail.
+        let _ = std::thread::Builder::new()
+            .name("ringside-mpi-watchdog".into())
+            .spawn(run);
+    });
+}
+
 /// Watches one call of `what` moving `bytes` on `rank` for at most `timeout`.
+#[inline]
 pub(super) fn watch(
     what: &'static &'static str,
     bytes: usize,
     rank: usize,
     timeout: Duration,
 ) -> Watched {
-    THREAD.get_or_init(|| {
-        // Without the thread the call is only unwatched, as before: not a reason
-        // to fail the call.
-        let _ = std::thread::Builder::new()
-            .name("ringside-mpi-watchdog".into())
-            .spawn(run);
-    });
-    let slot = slot().or_else(|| {
-        // Every slot is owned by a thread: wait for one to come free for this
-        // call (more than 64 threads in MPI calls at once; not seen in practice).
-        (0..1000).find_map(|_| {
-            std::thread::yield_now();
-            claim().map(|i| (i, true))
-        })
-    });
+    let slot = match MINE.with(Cell::get) {
+        Some(i) => Some((i, false)),
+        None => first_slot(),
+    };
     if let Some((i, _)) = slot {
-        let s = &SLOT_TABLE[i];
+        // `i` is always below SLOTS; the mask spares the call a bounds check.
+        let s = &SLOT_TABLE[i % SLOTS];
         s.what
             .store(what as *const &'static str as *mut _, Ordering::Relaxed);
         s.bytes.store(bytes, Ordering::Relaxed);
@@ -158,6 +175,7 @@ pub(super) fn watch(
 }
 
 /// `d` in watchdog ticks, rounded up.
+#[inline]
 fn ticks_of(d: Duration) -> u64 {
     // In u64 (saturating past 584 years): u128 division is a library call, on
     // every MPI call's path.
