@@ -8,26 +8,33 @@ use crate::error::{Error, Result};
 
 /// Checks an out-of-place input's dtype and length against the output's; the
 /// in-place form has nothing to check.
+#[inline]
 pub(crate) fn check_input(input: &Input<'_>, dtype: DType, len: usize, what: &str) -> Result<()> {
-    if let Input::Buffer(b) = input {
-        if b.dtype() != dtype {
-            return Err(Error::InvalidArgument(format!(
-                "{what}: input is {} but output is {dtype}",
-                b.dtype()
-            )));
+    match input {
+        Input::Buffer(b) if b.dtype() != dtype || b.len() != len => {
+            Err(input_mismatch(b.dtype(), b.len(), dtype, len, what))
         }
-        if b.len() != len {
-            return Err(Error::InvalidArgument(format!(
-                "{what}: input has {} elements, expected {len}",
-                b.len()
-            )));
-        }
+        _ => Ok(()),
     }
-    Ok(())
+}
+
+/// The error for an input [`check_input`] refuses (out of line: never on a
+/// good call's path).
+#[cold]
+#[inline(never)]
+fn input_mismatch(got: DType, got_len: usize, dtype: DType, len: usize, what: &str) -> Error {
+    if got != dtype {
+        Error::InvalidArgument(format!("{what}: input is {got} but output is {dtype}"))
+    } else {
+        Error::InvalidArgument(format!(
+            "{what}: input has {got_len} elements, expected {len}"
+        ))
+    }
 }
 
 /// The host bytes of an out-of-place input after [`check_input`]; `None` for
 /// the in-place form.
+#[inline]
 pub(crate) fn input_bytes<'a>(
     backend: Backend,
     input: &'a Input<'_>,

@@ -45,7 +45,7 @@ impl Bare {
     /// library, as the C peer passes it.
     pub fn new(rank: usize, world: usize, timeout: Duration) -> Result<Bare> {
         let mut comm = MpiComm::new(rank, world)?;
-        comm.timeout = timeout;
+        comm.set_timeout(timeout);
         let Some(in_place) = comm.in_place() else {
             return Err(Error::InvalidArgument(
                 "the bare MPI_Allreduce passes MPI_IN_PLACE, whose address in this MPI library \
@@ -70,7 +70,7 @@ impl BareAllReduce for Bare {
             &"MPI_Barrier and the bare MPI_Allreduce after it",
             count * DType::F32.size(),
             self.comm.rank,
-            self.comm.timeout,
+            self.comm.timeout_ticks,
         ));
         // SAFETY: a valid communicator handle.
         noted(check(

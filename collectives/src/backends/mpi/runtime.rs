@@ -68,10 +68,14 @@ pub(super) struct Runtime {
     pub(super) in_place: Option<usize>,
     /// How calls are kept apart (see [`Runtime::lock`]).
     pub(super) guard: Guard,
-    /// float16 and bfloat16: 2-byte contiguous types.
-    pub(super) half: [ffi::MPI_Datatype; 2],
-    /// User ops for [`Runtime::half`], indexed [dtype][Sum, Prod, Min, Max].
-    pub(super) half_ops: [[ffi::MPI_Op; 4]; 2],
+    /// Every dtype's MPI datatype, by [`DType::code`] (float16 and bfloat16:
+    /// 2-byte contiguous types of our own). A table, not a `match`: it is
+    /// read on every call, and a lookup is one load where a `match` was an
+    /// indirect jump.
+    types: [ffi::MPI_Datatype; DType::ALL.len()],
+    /// Every (dtype, op)'s MPI op, by [`DType::code`] and [`ReduceOp::code`]
+    /// (`Avg` is a sum; float16 and bfloat16 use user ops of our own).
+    ops: [[ffi::MPI_Op; ReduceOp::ALL.len()]; DType::ALL.len()],
     pub(super) world_rank: usize,
     pub(super) world_size: usize,
 }
@@ -194,6 +198,16 @@ macro_rules! half_fns {
     };
 }
 
+/// Where `op` is in [Sum, Prod, Min, Max] (`Avg` is a sum, divided after).
+fn op_index(op: ReduceOp) -> usize {
+    match op {
+        ReduceOp::Sum | ReduceOp::Avg => 0,
+        ReduceOp::Prod => 1,
+        ReduceOp::Min => 2,
+        ReduceOp::Max => 3,
+    }
+}
+
 pub(super) fn build_runtime(provided: Threading) -> Result<Runtime> {
     // SAFETY (whole function): MPI is initialised; every pointer passed is a
     // valid out-parameter on our stack, and the constants are rsmpi's.
@@ -226,6 +240,29 @@ pub(super) fn build_runtime(provided: Threading) -> Result<Runtime> {
                 check(ffi::MPI_Op_create(f, 1, op), "MPI_Op_create")?;
             }
         }
+        let builtin = [
+            ffi::RSMPI_SUM,
+            ffi::RSMPI_PROD,
+            ffi::RSMPI_MIN,
+            ffi::RSMPI_MAX,
+        ];
+        let types = DType::ALL.map(|d| match d {
+            DType::F32 => ffi::RSMPI_FLOAT,
+            DType::F64 => ffi::RSMPI_DOUBLE,
+            DType::I32 => ffi::RSMPI_INT32_T,
+            DType::I64 => ffi::RSMPI_INT64_T,
+            DType::U8 => ffi::RSMPI_UINT8_T,
+            DType::F16 => half[0],
+            DType::BF16 => half[1],
+        });
+        let ops = DType::ALL.map(|d| {
+            let by_op = match d {
+                DType::F16 => half_ops[0],
+                DType::BF16 => half_ops[1],
+                _ => builtin,
+            };
+            ReduceOp::ALL.map(|op| by_op[op_index(op)])
+        });
         Ok(Runtime {
             // RINGSIDE_MPI_NO_IN_PLACE=1 forces the copying stand-in, so its
             // path is tested on OpenMPI too.
@@ -240,8 +277,8 @@ pub(super) fn build_runtime(provided: Threading) -> Result<Runtime> {
                 }
                 _ => Guard::Serial(Mutex::new(())),
             },
-            half,
-            half_ops,
+            types,
+            ops,
             world_rank: usize::try_from(rank).unwrap_or(usize::MAX),
             world_size: usize::try_from(size).unwrap_or(0),
         })
@@ -370,6 +407,15 @@ pub(super) fn mptr(s: &mut [u8]) -> *mut c_void {
     }
 }
 
+/// Takes the lock of [`Guard::Serial`] (out of line: the lock's own cost is
+/// far larger than the call).
+#[inline(never)]
+fn serial(m: &Mutex<()>) -> Result<Option<MutexGuard<'_, ()>>> {
+    m.lock()
+        .map(Some)
+        .map_err(|_| Error::Protocol("the MPI call lock is poisoned".into()))
+}
+
 /// Whether a call may go ahead at `single` or `funneled` (`level`), made on
 /// the thread that started MPI or not.
 #[inline]
@@ -394,54 +440,24 @@ fn wrong_thread(level: Threading) -> Error {
 impl Runtime {
     /// Enters an MPI call: the lock to hold for it, if any, or an error for a
     /// call from a thread the thread level rules out.
-    #[inline]
+    #[inline(always)]
     pub(super) fn lock(&self) -> Result<Option<MutexGuard<'_, ()>>> {
         match &self.guard {
             Guard::None => Ok(None),
-            Guard::Serial(m) => m
-                .lock()
-                .map(Some)
-                .map_err(|_| Error::Protocol("the MPI call lock is poisoned".into())),
+            Guard::Serial(m) => serial(m),
             Guard::OneThread(level) => {
                 one_thread(*level, STARTED_MPI.with(|c| c.get())).map(|()| None)
             }
         }
     }
 
+    #[inline]
     pub(super) fn datatype(&self, d: DType) -> ffi::MPI_Datatype {
-        // SAFETY: reading immutable handles exported by rsmpi's C shim.
-        unsafe {
-            match d {
-                DType::F32 => ffi::RSMPI_FLOAT,
-                DType::F64 => ffi::RSMPI_DOUBLE,
-                DType::I32 => ffi::RSMPI_INT32_T,
-                DType::I64 => ffi::RSMPI_INT64_T,
-                DType::U8 => ffi::RSMPI_UINT8_T,
-                DType::F16 => self.half[0],
-                DType::BF16 => self.half[1],
-            }
-        }
+        self.types[d.code() as usize]
     }
 
+    #[inline]
     pub(super) fn op(&self, d: DType, op: ReduceOp) -> ffi::MPI_Op {
-        let i = match op {
-            ReduceOp::Sum | ReduceOp::Avg => 0,
-            ReduceOp::Prod => 1,
-            ReduceOp::Min => 2,
-            ReduceOp::Max => 3,
-        };
-        // SAFETY: reading immutable handles exported by rsmpi's C shim.
-        unsafe {
-            match d {
-                DType::F16 => self.half_ops[0][i],
-                DType::BF16 => self.half_ops[1][i],
-                _ => [
-                    ffi::RSMPI_SUM,
-                    ffi::RSMPI_PROD,
-                    ffi::RSMPI_MIN,
-                    ffi::RSMPI_MAX,
-                ][i],
-            }
-        }
+        self.ops[d.code() as usize][op.code() as usize]
     }
 }

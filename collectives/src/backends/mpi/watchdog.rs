@@ -147,13 +147,15 @@ pub(super) fn start() {
     });
 }
 
-/// Watches one call of `what` moving `bytes` on `rank` for at most `timeout`.
+/// Watches one call of `what` moving `bytes` on `rank` for at most
+/// `timeout_ticks` ([`ticks_of`] the timeout, worked out once per
+/// communicator).
 #[inline]
 pub(super) fn watch(
     what: &'static &'static str,
     bytes: usize,
     rank: usize,
-    timeout: Duration,
+    timeout_ticks: u64,
 ) -> Watched {
     let slot = match MINE.with(Cell::get) {
         Some(i) => Some((i, false)),
@@ -166,7 +168,7 @@ pub(super) fn watch(
             .store(what as *const &'static str as *mut _, Ordering::Relaxed);
         s.bytes.store(bytes, Ordering::Relaxed);
         s.rank.store(rank, Ordering::Relaxed);
-        s.timeout_ticks.store(ticks_of(timeout), Ordering::Relaxed);
+        s.timeout_ticks.store(timeout_ticks, Ordering::Relaxed);
         // Release: the watchdog that sees `started` sees the fields above.
         s.started
             .store(1 + TICKS.load(Ordering::Relaxed), Ordering::Release);
@@ -175,8 +177,7 @@ pub(super) fn watch(
 }
 
 /// `d` in watchdog ticks, rounded up.
-#[inline]
-fn ticks_of(d: Duration) -> u64 {
+pub(super) fn ticks_of(d: Duration) -> u64 {
     // In u64 (saturating past 584 years): u128 division is a library call, on
     // every MPI call's path.
     let tick = TICK.as_nanos() as u64;
@@ -291,13 +292,18 @@ mod tests {
     /// timeout is reported with its own name and size.
     #[test]
     fn a_finished_call_is_no_longer_watched_and_an_overrun_is_named() {
-        let w = watch(&"MPI_Barrier", 0, 0, Duration::from_secs(3600));
+        let w = watch(&"MPI_Barrier", 0, 0, ticks_of(Duration::from_secs(3600)));
         let (i, _) = w.slot.expect("a slot");
         assert_ne!(SLOT_TABLE[i].started.load(Ordering::Relaxed), 0);
         drop(w);
         assert_eq!(SLOT_TABLE[i].started.load(Ordering::Relaxed), 0);
 
-        let w = watch(&"MPI_Allreduce", 4096, 3, Duration::from_millis(400));
+        let w = watch(
+            &"MPI_Allreduce",
+            4096,
+            3,
+            ticks_of(Duration::from_millis(400)),
+        );
         let (i, _) = w.slot.expect("a slot");
         let start = SLOT_TABLE[i].started.load(Ordering::Relaxed) - 1;
         assert!(
@@ -316,8 +322,8 @@ mod tests {
     fn threads_give_their_slot_back() {
         for _ in 0..(2 * SLOTS) {
             std::thread::spawn(|| {
-                let a = watch(&"MPI_Send", 8, 0, Duration::from_secs(3600));
-                let b = watch(&"MPI_Recv", 8, 0, Duration::from_secs(3600));
+                let a = watch(&"MPI_Send", 8, 0, ticks_of(Duration::from_secs(3600)));
+                let b = watch(&"MPI_Recv", 8, 0, ticks_of(Duration::from_secs(3600)));
                 assert_eq!(a.slot.map(|s| s.0), b.slot.map(|s| s.0));
             })
             .join()
