@@ -105,9 +105,8 @@ pub struct MpiComm {
     rank: usize,
     world: usize,
     rt: &'static Runtime,
-    /// How long one call may take before the watchdog aborts the job.
-    timeout: std::time::Duration,
-    /// The same in watchdog ticks, worked out once ([`MpiComm::set_timeout`]).
+    /// How long one call may take before the watchdog aborts the job, in
+    /// watchdog ticks, worked out once ([`MpiComm::set_timeout`]).
     timeout_ticks: u64,
 }
 
@@ -154,14 +153,12 @@ impl MpiComm {
             world,
             rt,
             // `connect` sets the job's; 300 s is `Options::new`'s default.
-            timeout: DEFAULT_TIMEOUT,
             timeout_ticks: watchdog::ticks_of(DEFAULT_TIMEOUT),
         })
     }
 
     /// How long one call may take before the watchdog aborts the job.
     pub(super) fn set_timeout(&mut self, timeout: std::time::Duration) {
-        self.timeout = timeout;
         self.timeout_ticks = watchdog::ticks_of(timeout);
     }
 
