@@ -161,6 +161,15 @@ impl ReduceOp {
         self as u8
     }
 
+    /// The op that combines two ranks' elements: `Avg` sums (the division by
+    /// the world size comes once, at the end); every other op is itself.
+    pub const fn combining(self) -> ReduceOp {
+        match self {
+            ReduceOp::Avg => ReduceOp::Sum,
+            op => op,
+        }
+    }
+
     /// Inverse of [`ReduceOp::code`].
     pub fn from_code(code: u8) -> Option<ReduceOp> {
         ReduceOp::ALL.get(code as usize).copied()
@@ -332,5 +341,13 @@ mod tests {
         for op in ReduceOp::ALL {
             assert_eq!(ReduceOp::from_code(op.code()), Some(op));
         }
+    }
+
+    /// Gloo's shim and MPI's op tables index [Sum, Prod, Min, Max] by the
+    /// combining op's code.
+    #[test]
+    fn avg_combines_as_a_sum_and_the_rest_as_themselves() {
+        let codes = ReduceOp::ALL.map(|op| op.combining().code());
+        assert_eq!(codes, [0, 1, 2, 3, 0]);
     }
 }

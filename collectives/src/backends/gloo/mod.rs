@@ -589,13 +589,9 @@ fn fits_int(count: usize, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// The shim's op code: Sum, Prod, Min, Max as 0–3 (`Avg` sums).
 fn op_code(op: ReduceOp) -> u8 {
-    match op {
-        ReduceOp::Sum | ReduceOp::Avg => 0,
-        ReduceOp::Prod => 1,
-        ReduceOp::Min => 2,
-        ReduceOp::Max => 3,
-    }
+    op.combining().code()
 }
 
 impl GlooComm {

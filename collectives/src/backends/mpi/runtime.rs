@@ -198,16 +198,6 @@ macro_rules! half_fns {
     };
 }
 
-/// Where `op` is in [Sum, Prod, Min, Max] (`Avg` is a sum, divided after).
-fn op_index(op: ReduceOp) -> usize {
-    match op {
-        ReduceOp::Sum | ReduceOp::Avg => 0,
-        ReduceOp::Prod => 1,
-        ReduceOp::Min => 2,
-        ReduceOp::Max => 3,
-    }
-}
-
 pub(super) fn build_runtime(provided: Threading) -> Result<Runtime> {
     // SAFETY (whole function): MPI is initialised; every pointer passed is a
     // valid out-parameter on our stack, and the constants are rsmpi's.
@@ -261,7 +251,8 @@ pub(super) fn build_runtime(provided: Threading) -> Result<Runtime> {
                 DType::BF16 => half_ops[1],
                 _ => builtin,
             };
-            ReduceOp::ALL.map(|op| by_op[op_index(op)])
+            // [Sum, Prod, Min, Max] are codes 0–3; `Avg` sums.
+            ReduceOp::ALL.map(|op| by_op[op.combining().code() as usize])
         });
         Ok(Runtime {
             // RINGSIDE_MPI_NO_IN_PLACE=1 forces the copying stand-in, so its
