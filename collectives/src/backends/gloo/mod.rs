@@ -83,8 +83,9 @@
 //! What is left (2026-11-29, 2-core VMs): at 1–16 MiB beside two busy loops
 //! a single round of ringside's or torch's gloo can be 2–3× another, as the
 //! scheduler places the threads; both need about the same CPU per call there.
-//! Over 7 rounds in turn ringside's median was 0.65–0.70× torch's at worst
-//! (two runs); over 3 or 5, one size went over 1.0× in three runs of four.
+//! Over 7 rounds in turn ringside's median was 0.65–0.99× torch's at worst
+//! (four runs; 16 MiB the close one); over 3 or 5, one size went over 1.0× in
+//! three runs of four.
 //! `benches/measurement-log.md` has every dated run, including what was tried
 //! and not kept.
 //!
