@@ -45,6 +45,9 @@ pub const MPI_THREAD_LEVEL_VAR: &str = "RINGSIDE_MPI_THREAD_LEVEL";
 /// order).
 pub const MPI_THREAD_LEVELS: [&str; 4] = ["single", "funneled", "serialized", "multiple"];
 
+/// Every wait's bound when `RINGSIDE_TIMEOUT` does not set one ([`Options::new`]).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// How to build a communicator.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -94,7 +97,7 @@ impl Options {
             Ok(s) => Duration::from_secs_f64(s.parse::<f64>().map_err(|_| {
                 Error::InvalidArgument(format!("RINGSIDE_TIMEOUT={s:?} is not a number of seconds"))
             })?),
-            Err(_) => Duration::from_secs(300),
+            Err(_) => DEFAULT_TIMEOUT,
         };
         let transport = match std::env::var("RINGSIDE_TRANSPORT") {
             Ok(s) => TransportKind::parse(&s).ok_or_else(|| {

@@ -96,9 +96,6 @@ pub fn connect(
     Ok(Box::new(comm))
 }
 
-/// A communicator's timeout until [`connect`] sets the job's.
-const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
-
 /// A communicator over a private duplicate of `MPI_COMM_WORLD`.
 pub struct MpiComm {
     comm: ffi::MPI_Comm,
@@ -152,8 +149,8 @@ impl MpiComm {
             rank,
             world,
             rt,
-            // `connect` sets the job's; 300 s is `Options::new`'s default.
-            timeout_ticks: watchdog::ticks_of(DEFAULT_TIMEOUT),
+            // `connect` sets the job's; until then, `Options::new`'s default.
+            timeout_ticks: watchdog::ticks_of(crate::backends::DEFAULT_TIMEOUT),
         })
     }
 
